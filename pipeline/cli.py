@@ -1,0 +1,12 @@
+"""`tracerl pipeline` commands."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False)
+
+
+def main() -> None:
+    """Console-script entry point (`pipeline ...` equals `tracerl pipeline ...`)."""
+    app()

@@ -1,0 +1,162 @@
+"""The ``spans`` table: one row per span, lossless, with the hot fields promoted.
+
+Both writers of spans (the in-process Parquet exporter and the OTLP collector) build
+rows with :func:`span_row`, so the promotion rules exist once. Attributes, events,
+links and resource are kept as JSON text (lossless for every OTel value type); the
+token arrays are stored only in their typed columns, never twice.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from tracerl.schemas import attributes as A
+from tracerl.schemas.tokens import TokenEncodingError, decode
+
+SPANS_SCHEMA_VERSION = 1
+
+SPANS_SCHEMA = pa.schema(
+    [
+        pa.field("trace_id", pa.string(), nullable=False),
+        pa.field("span_id", pa.string(), nullable=False),
+        pa.field("parent_span_id", pa.string()),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("kind", pa.string()),
+        pa.field("start_time_unix_nano", pa.int64(), nullable=False),
+        pa.field("end_time_unix_nano", pa.int64(), nullable=False),
+        pa.field("status_code", pa.string()),  # UNSET | OK | ERROR
+        pa.field("status_message", pa.string()),
+        pa.field("service_name", pa.string()),
+        pa.field("scope_name", pa.string()),
+        pa.field("scope_version", pa.string()),
+        # promoted hot fields
+        pa.field("episode_id", pa.string()),  # null: the pipeline falls back to trace_id
+        pa.field("task_id", pa.string()),
+        pa.field("split", pa.string()),
+        pa.field("agent_name", pa.string()),
+        pa.field("policy_version", pa.int64()),
+        pa.field("response_id", pa.string()),
+        pa.field("request_model", pa.string()),
+        pa.field("response_model", pa.string()),
+        pa.field("prompt_token_ids", pa.list_(pa.int32())),
+        pa.field("completion_token_ids", pa.list_(pa.int32())),
+        pa.field("completion_logprobs", pa.list_(pa.float32())),
+        pa.field("reward_value", pa.float64()),
+        pa.field("reward_name", pa.string()),
+        # lossless remainder, JSON text
+        pa.field("attributes", pa.string()),
+        pa.field("events", pa.string()),
+        pa.field("links", pa.string()),
+        pa.field("resource", pa.string()),
+    ],
+    metadata={"tracerl.table": "spans", "tracerl.schema_version": str(SPANS_SCHEMA_VERSION)},
+)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {"bytes_b64": base64.b64encode(value).decode()}
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def to_json(value: Any) -> str | None:
+    """JSON text of an attribute map (or list of events/links); ``None`` when empty."""
+    if not value:
+        return None
+    return json.dumps(_jsonable(value), separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _float_or_none(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def span_row(
+    *,
+    trace_id: str,
+    span_id: str,
+    parent_span_id: str | None,
+    name: str,
+    kind: str | None,
+    start_time_unix_nano: int,
+    end_time_unix_nano: int,
+    status_code: str | None,
+    status_message: str | None,
+    attributes: Mapping[str, Any],
+    events: Sequence[Mapping[str, Any]] = (),
+    links: Sequence[Mapping[str, Any]] = (),
+    resource: Mapping[str, Any] | None = None,
+    scope_name: str | None = None,
+    scope_version: str | None = None,
+) -> dict[str, Any]:
+    """Build one row of :data:`SPANS_SCHEMA`.
+
+    Raises :class:`TokenEncodingError` when a token attribute is corrupt, so the caller
+    can reject that span with a message instead of storing garbage.
+    """
+    attrs = dict(attributes)
+    tokens = {key: attrs.pop(key, None) for key in A.TOKEN_ATTRIBUTES}
+    try:
+        prompt_ids = decode(tokens[A.PROMPT_TOKEN_IDS])
+        completion_ids = decode(tokens[A.COMPLETION_TOKEN_IDS])
+        logprobs = decode(tokens[A.COMPLETION_LOGPROBS])
+    except TokenEncodingError as exc:
+        raise TokenEncodingError(f"span {span_id} ({name!r}): {exc}") from exc
+    resource = resource or {}
+    return {
+        "trace_id": trace_id,
+        "span_id": span_id,
+        "parent_span_id": parent_span_id or None,
+        "name": name,
+        "kind": kind,
+        "start_time_unix_nano": int(start_time_unix_nano),
+        "end_time_unix_nano": int(end_time_unix_nano),
+        "status_code": status_code,
+        "status_message": status_message or None,
+        "service_name": _str_or_none(resource.get("service.name")),
+        "scope_name": scope_name,
+        "scope_version": scope_version,
+        "episode_id": _str_or_none(attrs.get(A.EPISODE_ID)),
+        "task_id": _str_or_none(attrs.get(A.TASK_ID)),
+        "split": _str_or_none(attrs.get(A.SPLIT)),
+        "agent_name": _str_or_none(attrs.get(A.AGENT_NAME, attrs.get(A.GEN_AI_AGENT_NAME))),
+        "policy_version": _int_or_none(attrs.get(A.POLICY_VERSION)),
+        "response_id": _str_or_none(attrs.get(A.GEN_AI_RESPONSE_ID)),
+        "request_model": _str_or_none(attrs.get(A.GEN_AI_REQUEST_MODEL)),
+        "response_model": _str_or_none(attrs.get(A.GEN_AI_RESPONSE_MODEL)),
+        "prompt_token_ids": prompt_ids,
+        "completion_token_ids": completion_ids,
+        "completion_logprobs": logprobs,
+        "reward_value": _float_or_none(attrs.get(A.REWARD_VALUE)),
+        "reward_name": _str_or_none(attrs.get(A.REWARD_NAME)),
+        "attributes": to_json(attrs),
+        "events": to_json(list(events)),
+        "links": to_json(list(links)),
+        "resource": to_json(resource),
+    }
+
+
+def spans_table(rows: Iterable[Mapping[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(list(rows), schema=SPANS_SCHEMA)

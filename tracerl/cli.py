@@ -1,0 +1,32 @@
+"""The ``tracerl`` command: one group per part, each defined next to its code."""
+
+from __future__ import annotations
+
+import typer
+
+from tracerl import __version__
+from tracerl.collector.cli import app as collector_app
+from tracerl.instrumentation.cli import register as register_instrumentation
+from tracerl.pipeline.cli import app as pipeline_app
+from tracerl.trainer.cli import register as register_trainer
+
+app = typer.Typer(
+    name="tracerl",
+    help="Train any LLM agent with reinforcement learning from its OpenTelemetry traces.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.add_typer(pipeline_app, name="pipeline", help="Spans -> episodes -> training transitions.")
+app.add_typer(collector_app, name="collector", help="OTLP receiver writing durable Parquet.")
+register_instrumentation(app)  # run, gateway
+register_trainer(app)  # serve, train, demo
+
+
+@app.command()
+def version() -> None:
+    """Print the tracerl version."""
+    typer.echo(__version__)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,9 @@
+"""Top-level `tracerl` commands of the trainer part."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this part's commands to the root `tracerl` app."""
