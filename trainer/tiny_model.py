@@ -1,0 +1,104 @@
+"""A tiny causal LM built locally in about a second, so nothing is ever downloaded.
+
+The tokenizer is byte-level BPE trained on a few strings (every byte stays
+encodable), the model a small Llama with head_dim 64 (the shape vLLM's CPU kernels
+accept). It is the default policy of ``tracerl serve`` and ``tracerl demo``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+TINY_MODEL_NAME = "tracerl-tiny-llama"
+_BUILD_VERSION = 1  # bump when the recipe changes, so stale caches are rebuilt
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|end|>"]
+
+# A minimal chat format; tool messages are shown to the model as <|tool|> turns.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}"
+    "{% if m['role'] == 'system' %}<|system|>{% elif m['role'] == 'user' %}<|user|>"
+    "{% elif m['role'] == 'tool' %}<|tool|>{% else %}<|assistant|>{% endif %}"
+    "{{ m['content'] if m['content'] is string else '' }}<|end|>"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+_CORPUS = [
+    "The agent calls a tool, reads its result and answers.",
+    "task: add 3 4 ; tool: add ; result: 7 ; answer: 7",
+    "0123456789 add sub max min mul tool result answer task",
+    "SELECT name FROM users WHERE id = 1;",
+    '{"name": "calculator", "arguments": {"a": 1, "b": 2}}',
+]
+
+
+def default_cache_dir() -> Path:
+    root = os.environ.get("TRACERL_CACHE_DIR") or os.path.join(Path.home(), ".cache", "tracerl")
+    return Path(root)
+
+
+def tiny_model_path() -> Path:
+    return default_cache_dir() / f"{TINY_MODEL_NAME}-v{_BUILD_VERSION}"
+
+
+def build_tokenizer():
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(_CORPUS, vocab_size=320, min_frequency=1, special_tokens=SPECIAL_TOKENS, show_progress=False)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer,
+        eos_token="<|end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        additional_special_tokens=SPECIAL_TOKENS[1:],
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_model(path: str | os.PathLike, *, seed: int = 0) -> Path:
+    """Write a freshly initialised tiny model and its tokenizer to ``path``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    tokenizer = build_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,  # head_dim 64
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def ensure_tiny_model() -> Path:
+    """Path of the cached tiny model, building it on first use."""
+    path = tiny_model_path()
+    if not (path / "config.json").exists():
+        tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+        build_tiny_model(tmp)
+        try:
+            os.replace(tmp, path)
+        except OSError:  # another process won the race; its model is as good as ours
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
