@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 TINY_MODEL_NAME = "tracerl-tiny-llama"
-_BUILD_VERSION = 1  # bump when the recipe changes, so stale caches are rebuilt
+_BUILD_VERSION = 2  # bump when the recipe changes, so stale caches are rebuilt
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|end|>"]
 
@@ -27,7 +27,8 @@ CHAT_TEMPLATE = (
 _CORPUS = [
     "The agent calls a tool, reads its result and answers.",
     "task: add 3 4 ; tool: add ; result: 7 ; answer: 7",
-    "0123456789 add sub max min mul tool result answer task",
+    "task: diff 9 2 ; tool: diff ; result: 7 ; answer: 7",
+    "0 1 2 3 4 5 6 7 8 9 add diff max min mul tools tool result answer task error unknown",
     "SELECT name FROM users WHERE id = 1;",
     '{"name": "calculator", "arguments": {"a": 1, "b": 2}}',
 ]
