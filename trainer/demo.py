@@ -1,0 +1,189 @@
+"""``tracerl demo``: the whole loop, round after round, on one CPU machine.
+
+Each round:
+
+1. the demo agent (an ordinary OpenAI-client program, :mod:`tracerl.trainer.demo_agent`)
+   runs under ``tracerl run`` against the policy endpoint: held-out tasks greedily,
+   training tasks sampled ``group_size`` times each. Capture is switched on by
+   environment variables only, exactly as a user's agent;
+2. the pipeline turns that round's spans into transitions (one per LLM call);
+3. the torch backend takes a clipped policy-gradient step on them and writes a
+   checkpoint, which the endpoint loads as the next policy version.
+
+Round 0 evaluates the starting policy before any training. Metrics go to
+``OUT/metrics.jsonl`` and the reward curve to ``OUT/reward_curve.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import duckdb
+import httpx
+
+from tracerl.trainer import demo_task
+from tracerl.trainer.tiny_model import build_tiny_model, default_cache_dir
+from tracerl.trainer.torch_backend import PolicyTrainer, TrainConfig, read_dataset, supervised_samples
+
+DEMO_POLICY_VERSION = 1  # bump when the warm-start recipe changes
+
+
+@dataclass
+class DemoConfig:
+    out: Path
+    rounds: int = 8
+    tasks_per_round: int = 32
+    group_size: int = 4
+    eval_tasks: int = 100
+    seed: int = 0
+    model: str | None = None  # starting policy; default: the warm-started tiny model
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+class AgentRunError(RuntimeError):
+    """The agent process failed; its output says why."""
+
+
+def ensure_demo_policy(seed: int = 0) -> Path:
+    """The tiny model, warm-started on the task's *format* only (cached after first use).
+
+    A randomly initialised model never emits a tool name, so reinforcement learning
+    would see no reward at all; like the paper's instruct model, the starting policy
+    knows the format and is poor at the task (about one success in ten).
+    """
+    path = default_cache_dir() / f"demo-policy-v{DEMO_POLICY_VERSION}-seed{seed}"
+    if (path / "config.json").exists():
+        return path
+    base = build_tiny_model(path.with_name(path.name + f".base-{os.getpid()}"), seed=seed)
+    trainer = PolicyTrainer(base, TrainConfig(learning_rate=3e-3, minibatch_size=128, seed=seed))
+    train_tasks, _ = demo_task.all_tasks(seed)
+    samples = supervised_samples(trainer.tokenizer, demo_task.format_examples(train_tasks, 1500, seed=seed))
+    trainer.train(samples, epochs=8)
+    trainer.save(path)
+    (path / "trainer_state.pt").unlink()  # RL starts with a fresh optimizer
+    import shutil
+
+    shutil.rmtree(base, ignore_errors=True)
+    return path
+
+
+def write_round_tasks(path: Path, train: list[demo_task.Task], held_out: list[demo_task.Task], cfg: DemoConfig, rnd: int) -> None:
+    rng = random.Random(cfg.seed * 1000 + rnd)
+    lines = [{**t.to_json(), "temperature": 0.0, "seed": 0} for t in held_out[: cfg.eval_tasks]]
+    for task in rng.sample(train, cfg.tasks_per_round):
+        for k in range(cfg.group_size):
+            lines.append({**task.to_json(), "temperature": 1.0, "seed": rng.randrange(2**31) + k})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+
+
+def run_agent(tasks_file: Path, data_dir: Path, base_url: str) -> None:
+    """Run the demo agent with capture switched on by environment variables only."""
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": base_url,
+        "OPENAI_API_KEY": "tracerl-demo",
+        "TRACERL_DATA_DIR": str(data_dir),
+        "OTEL_SERVICE_NAME": "tracerl-demo-agent",
+    }
+    command = [sys.executable, "-m", "tracerl", "run", "--", sys.executable, "-m", "tracerl.trainer.demo_agent", str(tasks_file)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise AgentRunError(f"the demo agent exited with {done.returncode}:\n{done.stderr[-4000:]}")
+
+
+def mean_rewards_by_split(data_dir: Path) -> dict[str, float]:
+    """Mean episode reward per split, read back from the captured reward spans."""
+    query = f"""
+        SELECT split, avg(reward_value) AS mean_reward
+        FROM read_parquet('{data_dir}/spans/**/*.parquet', union_by_name = true)
+        WHERE name = 'tracerl.reward' GROUP BY split
+    """
+    return {split: float(value) for split, value in duckdb.sql(query).fetchall()}
+
+
+def load_weights(base_url: str, checkpoint: Path, version: int) -> int:
+    response = httpx.post(f"{base_url}/load_weights", json={"path": str(checkpoint), "version": version}, timeout=120)
+    response.raise_for_status()
+    return int(response.json()["policy_version"])
+
+
+def plot_reward_curve(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rounds = [r["round"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    ax.plot(rounds, [r["train_mean_reward"] for r in rows], marker="o", label="train (sampled)")
+    ax.plot(rounds, [r["eval_mean_reward"] for r in rows], marker="s", label="held-out (greedy)")
+    ax.set_xlabel("round (policy version)")
+    ax.set_ylabel("mean episode reward")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("tracerl demo: calculator agent, tiny model")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def run_demo(cfg: DemoConfig, on_phase: Callable[[int, str], None] | None = None) -> list[dict]:
+    """Run ``cfg.rounds`` training rounds (plus round 0); return the metrics rows."""
+    from tracerl.pipeline import build_dataset
+    from tracerl.trainer.server import running_server
+
+    def phase(rnd: int, text: str) -> None:
+        if on_phase:
+            on_phase(rnd, text)
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    metrics_path = out / "metrics.jsonl"
+    metrics_path.write_text("")
+    phase(0, "preparing the starting policy")
+    start = Path(cfg.model) if cfg.model else ensure_demo_policy(cfg.seed)
+    trainer = PolicyTrainer(start, cfg.train)
+    train_tasks, held_out = demo_task.all_tasks(cfg.seed)
+    rows: list[dict] = []
+    with running_server(start) as server:
+        for rnd in range(cfg.rounds + 1):
+            t0 = time.time()
+            round_dir = out / "rounds" / f"{rnd:03d}"
+            round_dir.mkdir(parents=True, exist_ok=True)
+            tasks_file = round_dir / "tasks.jsonl"
+            write_round_tasks(tasks_file, train_tasks, held_out, cfg, rnd)
+            phase(rnd, "running the agent")
+            run_agent(tasks_file, round_dir / "data", server.base_url)
+            rewards = mean_rewards_by_split(round_dir / "data")
+            phase(rnd, "building the dataset")
+            manifest = build_dataset(round_dir / "data", round_dir / "dataset", splits=["train"])
+            row = {
+                "round": rnd,
+                "policy_version": rnd,
+                "train_mean_reward": rewards.get("train"),
+                "eval_mean_reward": rewards.get("test"),
+                "transitions": int(manifest["counts"]["transitions"]),
+            }
+            if rnd < cfg.rounds:
+                phase(rnd, "training")
+                samples, skipped = read_dataset(round_dir / "dataset")
+                stats = trainer.train(samples)
+                checkpoint = trainer.save(out / "policy" / f"v{rnd + 1}")
+                load_weights(server.base_url, checkpoint, rnd + 1)
+                row.update(train_loss=stats.loss, clip_fraction=stats.clip_fraction, approx_kl=stats.approx_kl, skipped=skipped)
+            row["seconds"] = round(time.time() - t0, 2)
+            rows.append(row)
+            with metrics_path.open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(row) + "\n")
+            plot_reward_curve(rows, out / "reward_curve.png")
+    (out / "config.json").write_text(json.dumps(asdict(cfg), default=str, indent=2))
+    return rows

@@ -1,0 +1,81 @@
+"""The demo's agent: an ordinary OpenAI-client program, unaware of training.
+
+It is run the way users run theirs, ``tracerl run -- python -m
+tracerl.trainer.demo_agent ...``, so capture is switched on by environment
+variables alone. The only tracerl calls are the two any agent adds to be trained:
+:func:`tracerl.episode` around a task and :func:`tracerl.emit_reward` at its end.
+
+Usage: ``python -m tracerl.trainer.demo_agent TASKS.jsonl [--temperature T]``, with
+``OPENAI_BASE_URL`` pointing at the policy endpoint. Each task line may carry its
+own ``temperature`` (held-out evaluation is greedy, training samples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+from openai import OpenAI
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
+import tracerl
+from tracerl.trainer.demo_task import Task, UnknownToolError, first_messages, reward, run_tool, second_messages
+
+tracer = trace.get_tracer("tracerl.demo_agent")
+
+
+def run_episode(client: OpenAI, model: str, task: Task, temperature: float, seed: int) -> float:
+    with tracerl.episode(task_id=task.task_id, split=task.split):
+        first = client.chat.completions.create(
+            model=model, messages=first_messages(task), max_tokens=4, temperature=temperature, seed=seed
+        )
+        tool_choice = first.choices[0].message.content or ""
+        with tracer.start_as_current_span("execute_tool calculator") as span:
+            span.set_attribute("gen_ai.operation.name", "execute_tool")
+            span.set_attribute("gen_ai.tool.name", tool_choice.strip())
+            try:
+                tool_result = run_tool(tool_choice, task)
+            except UnknownToolError as exc:
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, str(exc)))
+                tool_result = f"error: {exc}"
+        second = client.chat.completions.create(
+            model=model,
+            messages=second_messages(task, tool_choice, tool_result),
+            max_tokens=4,
+            temperature=temperature,
+            seed=seed + 1,
+        )
+        value = reward(task, second.choices[0].message.content or "")
+        tracerl.emit_reward(value, name="correct")
+        return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("tasks", help="JSONL file, one task per line")
+    parser.add_argument("--model", default="policy")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--concurrency", type=int, default=16)
+    args = parser.parse_args(argv)
+
+    with open(args.tasks, encoding="utf-8") as handle:
+        lines = [json.loads(line) for line in handle if line.strip()]
+    jobs = []
+    for i, line in enumerate(lines):
+        temperature = line.pop("temperature", args.temperature)
+        seed = line.pop("seed", i)
+        jobs.append((Task(**line), temperature, seed))
+
+    client = OpenAI(max_retries=2)  # OPENAI_BASE_URL / OPENAI_API_KEY from the environment
+    with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
+        rewards = list(pool.map(lambda job: run_episode(client, args.model, *job), jobs))
+    print(json.dumps({"episodes": len(rewards), "mean_reward": sum(rewards) / max(len(rewards), 1)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
