@@ -2,9 +2,60 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+from typing import Optional
+
 import typer
 
+from tracerl.collector.service import MiB, CollectorConfig
+
 app = typer.Typer(no_args_is_help=True, add_completion=False)
+
+
+@app.command()
+def serve(
+    out: str = typer.Option(..., "--out", help="Data dir (local folder or s3://bucket/prefix); spans go to OUT/spans, logs to OUT/logs."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0 for all interfaces)."),
+    http_port: int = typer.Option(4318, help="OTLP/HTTP port (0: any free port)."),
+    grpc_port: int = typer.Option(4317, help="OTLP/gRPC port (0: any free port, -1: no gRPC)."),
+    wal_dir: Optional[Path] = typer.Option(None, help="Write-ahead log folder (default OUT/.collector-wal; required for object-store OUT). One per collector."),
+    instance_id: Optional[str] = typer.Option(None, help="Name in Parquet file names (default: made once, kept in the WAL folder)."),
+    auth_token: Optional[str] = typer.Option(None, envvar="TRACERL_COLLECTOR_TOKEN", help="Require 'Authorization: Bearer <token>'."),
+    tls_cert: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, help="PEM certificate: serve HTTPS and gRPC over TLS."),
+    tls_key: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, help="PEM private key for --tls-cert."),
+    flush_interval: float = typer.Option(5.0, help="Seconds between Parquet commits (at most)."),
+    flush_mb: int = typer.Option(64, help="Buffered MiB that trigger a Parquet commit early."),
+    max_backlog_mb: int = typer.Option(512, help="MiB not yet in Parquet before clients get 503 + Retry-After."),
+    max_inflight_mb: int = typer.Option(256, help="MiB of requests in progress before clients get 429 + Retry-After."),
+    max_body_mb: int = typer.Option(64, help="Largest request after decompression; larger ones get 413."),
+    log_level: str = typer.Option("info", help="Log level (span content is never logged)."),
+) -> None:
+    """Receive OTLP (HTTP protobuf/JSON on /v1/traces and /v1/logs, and gRPC); write durable Parquet."""
+    from tracerl.collector.server import CollectorServer, Endpoints
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = CollectorConfig(
+        out=out,
+        wal_dir=wal_dir,
+        instance_id=instance_id,
+        flush_bytes=flush_mb * MiB,
+        flush_interval_s=flush_interval,
+        max_backlog_bytes=max_backlog_mb * MiB,
+        max_inflight_bytes=max_inflight_mb * MiB,
+        max_body_bytes=max_body_mb * MiB,
+        auth_token=auth_token,
+    )
+    endpoints = Endpoints(host, http_port, None if grpc_port < 0 else grpc_port, tls_cert, tls_key)
+    try:
+        server = CollectorServer(config, endpoints)
+    except (ValueError, RuntimeError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    server.serve(on_ready=lambda: typer.echo(
+        f"tracerl collector: OTLP/HTTP {server.http_url()} OTLP/gRPC "
+        f"{server.grpc_port if server.grpc_port is not None else 'off'} out={out}", err=False
+    ))
 
 
 def main() -> None:

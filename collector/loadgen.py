@@ -1,0 +1,69 @@
+"""Synthetic agent spans made by the real OTel SDK, for load tests, benchmarks and tests.
+
+The spans look like an agent's: every ``llm_every``-th span is an LLM call carrying
+prompt/completion token ids and log-probs (plain OTel arrays or the packed ``tokpack:``
+strings of :mod:`tracerl.schemas.tokens`), the others are tool/agent steps. Requests are
+encoded by the OTLP exporter's own encoder, so they are byte-for-byte what a Python
+exporter sends.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from tracerl.schemas import attributes as A
+from tracerl.schemas.tokens import pack_floats, pack_ids
+
+
+def make_spans(
+    n: int,
+    *,
+    packed: bool = True,
+    llm_every: int = 4,
+    prompt_tokens: int = 300,
+    completion_tokens: int = 60,
+    seed: int = 0,
+    service: str = "loadgen-agent",
+) -> Sequence[ReadableSpan]:
+    rng = random.Random(seed)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("tracerl.loadgen", "1")
+    for i in range(n):
+        attributes: dict = {A.EPISODE_ID: f"ep-{seed}-{i // 8}", A.TASK_ID: f"task-{i % 50}", A.SPLIT: "train"}
+        if i % llm_every == 0:
+            prompt = [rng.randrange(50_000) for _ in range(prompt_tokens)]
+            completion = [rng.randrange(50_000) for _ in range(completion_tokens)]
+            logprobs = [-rng.random() * 5 for _ in range(completion_tokens)]
+            attributes |= {
+                A.GEN_AI_OPERATION: "chat",
+                A.GEN_AI_REQUEST_MODEL: "tiny",
+                A.GEN_AI_RESPONSE_ID: f"chatcmpl-{seed}-{i}",
+                A.POLICY_VERSION: 3,
+                A.PROMPT_TOKEN_IDS: pack_ids(prompt) if packed else prompt,
+                A.COMPLETION_TOKEN_IDS: pack_ids(completion) if packed else completion,
+                A.COMPLETION_LOGPROBS: pack_floats(logprobs) if packed else logprobs,
+            }
+            name = "chat tiny"
+        else:
+            attributes |= {"gen_ai.tool.name": "calculator", "tool.input": f"{i} * 7"}
+            name = "execute_tool calculator"
+        with tracer.start_as_current_span(name, attributes=attributes):
+            pass
+    provider.shutdown()
+    return exporter.get_finished_spans()
+
+
+def encode_batches(spans: Sequence[ReadableSpan], batch_size: int = 512) -> list[bytes]:
+    """Serialized ``ExportTraceServiceRequest`` bodies of ``batch_size`` spans each."""
+    return [
+        encode_spans(spans[i : i + batch_size]).SerializeToString() for i in range(0, len(spans), batch_size)
+    ]

@@ -1,0 +1,226 @@
+"""OTLP messages -> table rows, and the OTLP/JSON encoding -> OTLP messages.
+
+Pure functions, no I/O: the HTTP and gRPC front ends and WAL replay all call these, so a
+request is converted the same way on first receipt and after a crash. Parsing itself is
+left to protobuf (``ParseFromString`` and ``json_format``); only what the OTLP/JSON
+encoding changes relative to the proto3 JSON mapping (hex trace/span ids) is handled here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError, Message
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+from tracerl.schemas.logs import log_row
+from tracerl.schemas.spans import span_row
+from tracerl.schemas.tokens import TokenEncodingError
+
+
+class BadPayload(ValueError):
+    """The request body is not a valid OTLP message; the whole request is refused (400)."""
+
+
+@dataclass
+class Converted:
+    """Rows of one request plus what was rejected item by item (OTLP partial success)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    rejected: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def reject(self, message: str) -> None:
+        self.rejected += 1
+        if len(self.errors) < 5:  # the reply names a few, not thousands
+            self.errors.append(message)
+
+    @property
+    def message(self) -> str:
+        if not self.rejected:
+            return ""
+        more = self.rejected - len(self.errors)
+        return "; ".join(self.errors) + (f"; and {more} more" if more > 0 else "")
+
+
+# --- AnyValue -> python ----------------------------------------------------------------
+
+def any_value(value: AnyValue) -> Any:
+    """Python value of an OTLP ``AnyValue`` (kvlist -> dict, array -> list, bytes -> bytes)."""
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [any_value(item) for item in value.array_value.values]
+    if kind == "kvlist_value":
+        return key_values(value.kvlist_value.values)
+    return getattr(value, kind)
+
+
+def key_values(pairs: Iterable[KeyValue]) -> dict[str, Any]:
+    return {pair.key: any_value(pair.value) for pair in pairs}
+
+
+# --- traces ----------------------------------------------------------------------------
+
+_KIND = {v: Span.SpanKind.Name(v).removeprefix("SPAN_KIND_") for v in Span.SpanKind.values()}
+_STATUS = {v: Status.StatusCode.Name(v).removeprefix("STATUS_CODE_") for v in Status.StatusCode.values()}
+
+
+def _hex_id(raw: bytes, size: int, what: str) -> str:
+    if len(raw) != size or not any(raw):
+        raise ValueError(f"{what} must be {size} non-zero bytes, got {len(raw)} bytes")
+    return raw.hex()
+
+
+def trace_rows(request: ExportTraceServiceRequest) -> Converted:
+    """One ``spans`` row per valid span; an invalid span is rejected alone, with a message."""
+    out = Converted()
+    for resource_spans in request.resource_spans:
+        resource = key_values(resource_spans.resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            scope = scope_spans.scope
+            for span in scope_spans.spans:
+                try:
+                    out.rows.append(_span_row(span, resource, scope.name or None, scope.version or None))
+                except (TokenEncodingError, ValueError) as exc:
+                    out.reject(f"span {span.span_id.hex() or '?'} ({span.name[:64]!r}): {exc}")
+    return out
+
+
+def _span_row(span: Span, resource: dict[str, Any], scope_name: str | None, scope_version: str | None) -> dict:
+    return span_row(
+        trace_id=_hex_id(span.trace_id, 16, "trace_id"),
+        span_id=_hex_id(span.span_id, 8, "span_id"),
+        parent_span_id=span.parent_span_id.hex() or None,
+        name=span.name,
+        kind=_KIND.get(span.kind, str(span.kind)),
+        start_time_unix_nano=span.start_time_unix_nano,
+        end_time_unix_nano=span.end_time_unix_nano,
+        status_code=_STATUS.get(span.status.code, str(span.status.code)),
+        status_message=span.status.message or None,
+        attributes=key_values(span.attributes),
+        events=[
+            {"name": e.name, "time_unix_nano": e.time_unix_nano, "attributes": key_values(e.attributes)}
+            for e in span.events
+        ],
+        links=[
+            {"trace_id": link.trace_id.hex(), "span_id": link.span_id.hex(), "attributes": key_values(link.attributes)}
+            for link in span.links
+        ],
+        resource=resource,
+        scope_name=scope_name,
+        scope_version=scope_version,
+    )
+
+
+# --- logs ------------------------------------------------------------------------------
+
+def log_rows(request: ExportLogsServiceRequest) -> Converted:
+    """One ``logs`` row per log record (GenAI events carry message content here)."""
+    out = Converted()
+    for resource_logs in request.resource_logs:
+        resource = key_values(resource_logs.resource.attributes)
+        for scope_logs in resource_logs.scope_logs:
+            scope = scope_logs.scope
+            for record in scope_logs.log_records:
+                attributes = key_values(record.attributes)
+                out.rows.append(
+                    log_row(
+                        trace_id=record.trace_id.hex() or None,
+                        span_id=record.span_id.hex() or None,
+                        time_unix_nano=record.time_unix_nano or None,
+                        observed_time_unix_nano=record.observed_time_unix_nano or None,
+                        severity_number=record.severity_number or None,
+                        severity_text=record.severity_text or None,
+                        event_name=record.event_name or None,
+                        body=any_value(record.body) if record.HasField("body") else None,
+                        attributes=attributes,
+                        resource=resource,
+                        scope_name=scope.name or None,
+                        scope_version=scope.version or None,
+                    )
+                )
+    return out
+
+
+# --- parsing ---------------------------------------------------------------------------
+
+def parse_protobuf(body: bytes, message_type: type[Message]) -> Message:
+    message = message_type()
+    try:
+        message.ParseFromString(body)
+    except DecodeError as exc:
+        raise BadPayload(f"body is not a valid {message_type.__name__} protobuf: {exc}") from exc
+    return message
+
+
+# OTLP/JSON differs from the proto3 JSON mapping only in ids: hex instead of base64.
+_ID_KEYS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
+# Where ids occur: resourceSpans[].scopeSpans[].spans[] (+ .links[]), resourceLogs[].scopeLogs[].logRecords[]
+_ID_PATHS = {
+    ExportTraceServiceRequest: (("resourceSpans", "resource_spans"), ("scopeSpans", "scope_spans"), ("spans",)),
+    ExportLogsServiceRequest: (("resourceLogs", "resource_logs"), ("scopeLogs", "scope_logs"), ("logRecords", "log_records")),
+}
+
+
+def parse_json(body: bytes, message_type: type[Message]) -> Message:
+    """Parse an OTLP/JSON body (hex ids, camelCase, int64 as strings) into ``message_type``."""
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadPayload(f"body is not valid JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise BadPayload(f"body must be a JSON object, got {type(document).__name__}")
+    try:
+        _ids_hex_to_base64(document, _ID_PATHS[message_type], message_type.__name__)
+        return json_format.ParseDict(document, message_type(), ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise BadPayload(f"body is not a valid OTLP/JSON {message_type.__name__}: {exc}") from exc
+
+
+def _children(node: dict, names: tuple[str, ...], where: str) -> list[tuple[str, dict]]:
+    for name in names:
+        if name in node:
+            items = node[name]
+            if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+                raise BadPayload(f"{where}.{name} must be a list of objects")
+            return [(f"{where}.{name}[{i}]", item) for i, item in enumerate(items)]
+    return []
+
+
+def _ids_hex_to_base64(document: dict, path: tuple[tuple[str, ...], ...], root: str) -> None:
+    level = [(root, document)]
+    for names in path:
+        level = [child for where, node in level for child in _children(node, names, where)]
+    for where, item in level:
+        _convert_ids(item, where)
+        for link_where, link in _children(item, ("links",), where):
+            _convert_ids(link, link_where)
+
+
+def _convert_ids(item: dict, where: str) -> None:
+    for key in _ID_KEYS:
+        value = item.get(key)
+        if value is None or value == "":
+            continue
+        if not isinstance(value, str):
+            raise BadPayload(f"{where}.{key} must be a hex string, got {type(value).__name__}")
+        try:
+            item[key] = base64.b64encode(bytes.fromhex(value)).decode()
+        except ValueError as exc:
+            raise BadPayload(f"{where}.{key} is not hex: {value[:40]!r}") from exc
+
+
+def to_json(message: Message) -> bytes:
+    """OTLP/JSON text of a response message (camelCase, int64 as strings)."""
+    return json_format.MessageToJson(message, indent=None).encode()
+

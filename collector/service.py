@@ -1,0 +1,169 @@
+"""The protocol-independent core: admission, conversion, durable submission.
+
+The HTTP and gRPC front ends only decode transport details (headers, compression,
+status codes) and call :meth:`Collector.export`; everything a client's data goes
+through is here once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf.message import Message
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from tracerl.collector import otlp, wal
+from tracerl.collector.sink import DurableTable, Overloaded, TableKind
+from tracerl.schemas.logs import logs_table
+from tracerl.schemas.spans import spans_table
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One OTLP signal: the table it lands in and how its replies look."""
+
+    table: TableKind
+    respond: Callable[[int, str], Message]  # (rejected, message) -> response message
+
+
+def _traces_response(rejected: int, message: str) -> Message:
+    if not rejected:
+        return ExportTraceServiceResponse()
+    return ExportTraceServiceResponse(
+        partial_success=ExportTracePartialSuccess(rejected_spans=rejected, error_message=message)
+    )
+
+
+def _logs_response(rejected: int, message: str) -> Message:
+    if not rejected:
+        return ExportLogsServiceResponse()
+    return ExportLogsServiceResponse(
+        partial_success=ExportLogsPartialSuccess(rejected_log_records=rejected, error_message=message)
+    )
+
+
+TRACES = Signal(TableKind("spans", ExportTraceServiceRequest, otlp.trace_rows, spans_table), _traces_response)
+LOGS = Signal(TableKind("logs", ExportLogsServiceRequest, otlp.log_rows, logs_table), _logs_response)
+
+
+@dataclass
+class CollectorConfig:
+    out: str  # data dir or object-store URI; tables go to OUT/spans, OUT/logs
+    wal_dir: Path | None = None  # default: OUT/.collector-wal for a local OUT
+    instance_id: str | None = None  # default: kept in the WAL folder, made once
+    flush_bytes: int = 64 * MiB  # Arrow bytes per Parquet file (at most)
+    flush_interval_s: float = 5.0  # and at least this often
+    max_backlog_bytes: int = 512 * MiB  # not yet in Parquet -> 503 above this
+    max_inflight_bytes: int = 256 * MiB  # request bodies being handled -> 429 above this
+    max_body_bytes: int = 64 * MiB  # one request, after decompression -> 413 above this
+    auth_token: str | None = None
+
+    def resolved_wal_dir(self) -> Path:
+        if self.wal_dir is not None:
+            return Path(self.wal_dir)
+        if "://" in self.out:
+            raise ValueError(
+                f"--out {self.out} is not a local folder: give a local --wal-dir for the write-ahead log"
+            )
+        return Path(self.out) / ".collector-wal"
+
+
+class Admission:
+    """Bounds the bytes of requests being handled at once (bounded memory under load)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._used = 0
+        self._lock = threading.Lock()
+
+    def acquire(self, nbytes: int) -> None:
+        with self._lock:
+            if self._used and self._used + nbytes > self.limit:
+                raise Overloaded(
+                    f"{self._used >> 20} MiB of requests in progress (limit {self.limit >> 20} MiB)", http_status=429
+                )
+            self._used += nbytes
+
+    def release(self, nbytes: int) -> None:
+        with self._lock:
+            self._used -= nbytes
+
+
+class Collector:
+    """Owns the durable tables; ``export`` is the one entry point of both front ends."""
+
+    def __init__(self, config: CollectorConfig) -> None:
+        self.config = config
+        wal_dir = config.resolved_wal_dir()
+        self._lock_fd = wal.lock_folder(wal_dir)
+        self.instance_id = config.instance_id or _instance_id(wal_dir)
+        self.admission = Admission(config.max_inflight_bytes)
+        self.tables = {
+            signal.table.name: DurableTable(
+                signal.table,
+                out=config.out,
+                wal_dir=wal_dir / signal.table.name,
+                instance_id=self.instance_id,
+                flush_bytes=config.flush_bytes,
+                flush_interval_s=config.flush_interval_s,
+                max_backlog_bytes=config.max_backlog_bytes,
+            )
+            for signal in (TRACES, LOGS)
+        }
+
+    def start(self) -> None:
+        for table in self.tables.values():
+            table.start()
+
+    def close(self) -> None:
+        for table in self.tables.values():
+            table.close()
+        os.close(self._lock_fd)
+
+    def flush(self) -> None:
+        for table in self.tables.values():
+            table.flush()
+
+    def export(self, signal: Signal, request: Message, payload: bytes) -> tuple[Future, Message]:
+        """Convert and submit one request.
+
+        Returns a future that completes when the request is durable, and the response to
+        send then. Raises :class:`Overloaded` when the client must retry later.
+        """
+        converted = signal.table.rows(request)
+        response = signal.respond(converted.rejected, converted.message)
+        if not converted.rows:
+            done: Future = Future()
+            done.set_result(None)
+            return done, response
+        table = signal.table.to_table(converted.rows)
+        return self.tables[signal.table.name].submit(payload, table), response
+
+
+def _instance_id(wal_dir: Path) -> str:
+    """A stable id per WAL folder: the same collector keeps its name across restarts."""
+    path = wal_dir / "instance_id"
+    if not path.exists():
+        host = "".join(c if c.isalnum() else "_" for c in socket.gethostname())[:32]
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(f"{host}_{uuid.uuid4().hex[:8]}")
+        os.replace(tmp, path)
+    return path.read_text().strip()

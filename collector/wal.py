@@ -1,0 +1,131 @@
+"""Write-ahead log: numbered segment files of length-prefixed, checksummed records.
+
+A request is acknowledged only after its record is on disk (``fdatasync``); many records
+share one sync (group commit), so durability costs one disk flush per group, not per
+request. A segment is closed with a *commit record* naming the Parquet partition its rows
+go to; once that Parquet file exists the segment is deleted. After a crash,
+:func:`read_segment` returns every complete record and drops a torn tail (a record that
+was never acknowledged, since its sync had not returned).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_HEADER = struct.Struct("<IIB")  # payload length, crc32(kind + payload), kind
+DATA = 1
+COMMIT = 2
+
+
+@dataclass
+class Segment:
+    """What a segment file holds: its data records and, if closed, the target partition."""
+
+    seq: int
+    path: Path
+    records: list[bytes] = field(default_factory=list)
+    partition: str | None = None
+
+
+def segment_path(folder: Path, seq: int) -> Path:
+    return folder / f"{seq:012d}.wal"
+
+
+def list_segments(folder: Path) -> list[int]:
+    return sorted(int(p.stem) for p in folder.glob("*.wal") if p.stem.isdigit())
+
+
+def read_segment(folder: Path, seq: int) -> Segment:
+    """Complete records of a segment; a torn or corrupt tail is cut off (and truncated)."""
+    path = segment_path(folder, seq)
+    data = path.read_bytes()
+    segment = Segment(seq, path)
+    offset = 0
+    while offset + _HEADER.size <= len(data):
+        length, crc, kind = _HEADER.unpack_from(data, offset)
+        start, end = offset + _HEADER.size, offset + _HEADER.size + length
+        payload = data[start:end]
+        if end > len(data) or zlib.crc32(payload, kind) != crc:
+            break
+        if kind == DATA:
+            segment.records.append(payload)
+        elif kind == COMMIT:
+            segment.partition = payload.decode()
+        offset = end
+    if offset < len(data):
+        with open(path, "r+b") as handle:
+            handle.truncate(offset)
+            os.fsync(handle.fileno())
+    return segment
+
+
+def _frame(kind: int, payload: bytes) -> bytes:
+    return _HEADER.pack(len(payload), zlib.crc32(payload, kind), kind) + payload
+
+
+class SegmentWriter:
+    """Appends to the open segment; the caller decides when to sync and when to rotate."""
+
+    def __init__(self, folder: Path, seq: int) -> None:
+        self.folder = folder
+        self.seq = seq
+        self.records = 0
+        self._file = open(segment_path(folder, seq), "ab", buffering=0)  # noqa: SIM115
+        self._size = self._file.tell()
+        _fsync_dir(folder)
+
+    def append(self, payloads: Iterable[bytes]) -> None:
+        """Append records; on failure cut the file back so no torn record precedes later ones."""
+        frames = [_frame(DATA, p) for p in payloads]
+        data = b"".join(frames)
+        try:
+            view = memoryview(data)
+            while view:  # an unbuffered write may be partial
+                view = view[self._file.write(view) :]
+        except OSError:
+            self._file.truncate(self._size)
+            raise
+        self._size += len(data)
+        self.records += len(frames)
+
+    def sync(self) -> None:
+        os.fdatasync(self._file.fileno())
+
+    def close(self, partition: str) -> None:
+        """Seal the segment with the partition its rows are about to be written to."""
+        self._file.write(_frame(COMMIT, partition.encode()))
+        self.sync()
+        self._file.close()
+
+    def discard(self) -> None:
+        """Close and delete an empty segment."""
+        self._file.close()
+        segment_path(self.folder, self.seq).unlink(missing_ok=True)
+
+
+def lock_folder(folder: Path) -> int:
+    """Take an exclusive lock on the WAL folder: two collectors must never share one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RuntimeError(
+            f"WAL folder {folder} is in use by another collector; give each collector its own --wal-dir"
+        ) from None
+    return fd
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
