@@ -1,12 +1,131 @@
-"""`tracerl pipeline` commands."""
+"""`tracerl pipeline` commands (also the `pipeline` console script) and `tracerl sql`."""
 
 from __future__ import annotations
 
-import typer
+import json
+from pathlib import Path
+from typing import Annotated, Optional
 
-app = typer.Typer(no_args_is_help=True, add_completion=False)
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from tracerl.pipeline.source import PipelineInputError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Spans -> episodes -> training transitions.")
+
+
+@app.callback()
+def _group() -> None:
+    """Spans -> episodes -> training transitions."""  # a callback keeps `pipeline CMD` a group
+
+
+console = Console(stderr=True, soft_wrap=True)  # paths in messages stay copy-pasteable
+
+SpansOpt = Annotated[Path, typer.Option("--spans", help="Data dir (holding spans/) or a folder of span Parquet files.")]
+AgentsOpt = Annotated[Optional[str], typer.Option("--agents", help="Regex: only calls of matching agents are policy calls.")]
+SplitOpt = Annotated[Optional[list[str]], typer.Option("--split", help="Keep episodes of this split (repeatable).")]
+VersionsOpt = Annotated[Optional[str], typer.Option("--policy-versions", help="e.g. '3', '3,4' or '>=3'.")]
+RewardsOpt = Annotated[
+    Optional[list[Path]], typer.Option("--rewards", help="Late rewards (Parquet/CSV/JSONL) keyed by episode_id, trace_id or response_id.")
+]
+WeightOpt = Annotated[
+    Optional[list[str]], typer.Option("--reward-weight", help="NAME=WEIGHT, e.g. correctness=0.9 (repeatable).")
+]
+RulesOpt = Annotated[Optional[Path], typer.Option("--rules", help="JSON/TOML file of intermediate-reward rules.")]
+DefaultRulesOpt = Annotated[bool, typer.Option("--default-rules/--no-default-rules", help="Built-in intermediate-reward rules.")]
+TimeoutOpt = Annotated[float, typer.Option("--episode-timeout", help="Seconds of inactivity before an unfinished episode is processed as truncated.")]
+
+
+def _weights(items: list[str] | None) -> dict[str, float]:
+    weights = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            weights[name] = float(value)
+        except ValueError:
+            raise typer.BadParameter(f"{item!r}: use NAME=WEIGHT, e.g. correctness=0.9", param_hint="--reward-weight")
+    return weights
+
+
+def _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout) -> dict:
+    return {
+        "agents": agents,
+        "splits": tuple(split or ()),
+        "policy_versions": policy_versions,
+        "rewards": tuple(str(r) for r in rewards or ()),
+        "reward_weights": _weights(reward_weight),
+        "rules": str(rules) if rules else None,
+        "default_rules": default_rules,
+        "episode_timeout_s": episode_timeout,
+    }
+
+
+def _fail(exc: Exception) -> None:
+    console.print(f"[red]error:[/red] {exc}")
+    raise typer.Exit(2)
+
+
+@app.command("build-dataset")
+def build_dataset_cmd(
+    spans: SpansOpt,
+    out: Annotated[Path, typer.Option("--out", help="Dataset folder: transitions-*.parquet + manifest.json.")],
+    credit: Annotated[str, typer.Option(help="identical (the paper) or discounted.")] = "identical",
+    gamma: Annotated[float, typer.Option(help="Discount for --credit discounted.")] = 1.0,
+    advantage: Annotated[str, typer.Option(help="grpo, rloo or none (per task group).")] = "grpo",
+    agents: AgentsOpt = None,
+    split: SplitOpt = None,
+    policy_versions: VersionsOpt = None,
+    rewards: RewardsOpt = None,
+    reward_weight: WeightOpt = None,
+    rules: RulesOpt = None,
+    default_rules: DefaultRulesOpt = True,
+    episode_timeout: TimeoutOpt = 3600.0,
+    trajectory: Annotated[bool, typer.Option(help="Merge calls whose prompt extends the previous prompt + response.")] = False,
+    incremental: Annotated[bool, typer.Option(help="Only episodes not yet in OUT; append new files.")] = False,
+    export: Annotated[Optional[list[str]], typer.Option(help="Also write openrlhf/ and/or hf/ (repeatable).")] = None,
+    threads: Annotated[Optional[int], typer.Option(help="DuckDB threads (default: all cores).")] = None,
+    memory_limit: Annotated[str, typer.Option(help="DuckDB memory limit; beyond it DuckDB spills to disk.")] = "3GB",
+) -> None:
+    """Turn spans into training transitions (one per policy LLM call) with credit and advantages."""
+    from tracerl.pipeline.build import build_dataset
+
+    options = _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout)
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=True,
+    ) as bar:
+        task = bar.add_task("starting", total=None)
+
+        def progress(stage: str, total: int | None) -> None:
+            bar.update(task, description=stage, total=total, completed=0)
+
+        try:
+            manifest = build_dataset(
+                spans, out, progress=progress, on_rows=lambda n: bar.advance(task, n),
+                credit=credit, gamma=gamma, advantage=advantage, trajectory=trajectory, incremental=incremental,
+                exports=tuple(export or ()), threads=threads, memory_limit=memory_limit, **options,
+            )
+        except (PipelineInputError, ValueError) as exc:
+            _fail(exc)
+    counts = manifest["counts"]
+    for note in manifest["warnings"]:
+        console.print(f"[yellow]note:[/yellow] {note}")
+    console.print(
+        f"{counts['rows_written']} transition(s) from {counts['episodes']['emitted']} episode(s) "
+        f"-> {out} ({manifest['seconds']:.1f} s); manifest: {out / 'manifest.json'}"
+    )
+    if not counts["rows_written"] and not incremental:
+        console.print("[red]the dataset is empty[/red]: run `tracerl pipeline doctor --spans ...` for the reasons")
+        raise typer.Exit(1)
 
 
 def main() -> None:
     """Console-script entry point (`pipeline ...` equals `tracerl pipeline ...`)."""
     app()
+
+
+def _print_json(data: dict) -> None:
+    typer.echo(json.dumps(data, indent=2))

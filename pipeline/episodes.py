@@ -1,0 +1,39 @@
+"""Episodes: which spans belong together, what task they ran, and whether they are over.
+
+An episode is identified by ``tracerl.episode.id`` (else its trace id). It is
+*finished* once its ``tracerl.episode`` span, or a root span, has been exported: OTel
+exports a span only when it ends, and those spans end last. An unfinished episode is
+*pending* (held back, the next run picks it up) until nothing has happened in it for
+``timeout_s``; then it is processed but counted as *truncated*. Time is the data's own
+clock (the latest span end seen), so the same input always gives the same decision.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from tracerl.schemas import attributes as A
+
+
+def build_episodes(con: duckdb.DuckDBPyConnection, timeout_s: float) -> None:
+    """Table ``episodes`` with task, split, bounds, finished/pending/truncated flags."""
+    timeout_ns = int(timeout_s * 1e9)
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE episodes AS
+        WITH e AS (
+            SELECT episode_id,
+                coalesce(max(task_id) FILTER (WHERE name = '{A.EPISODE_SPAN_NAME}'), max(task_id)) AS task_id,
+                coalesce(max(split) FILTER (WHERE name = '{A.EPISODE_SPAN_NAME}'), max(split)) AS split,
+                bool_or(name = '{A.EPISODE_SPAN_NAME}' OR parent_span_id IS NULL) AS finished,
+                min(start_ns) AS start_ns, max(end_ns) AS end_ns,
+                count(*) AS n_spans, count(*) FILTER (WHERE is_llm) AS n_llm_spans
+            FROM span_meta GROUP BY episode_id
+        ),
+        clock AS (SELECT max(end_ns) AS now_ns FROM span_meta)
+        SELECT e.*,
+            NOT e.finished AND e.end_ns > clock.now_ns - {timeout_ns} AS pending,
+            NOT e.finished AND e.end_ns <= clock.now_ns - {timeout_ns} AS truncated
+        FROM e, clock
+        """
+    )

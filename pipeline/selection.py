@@ -1,0 +1,105 @@
+"""Which LLM calls are the policy's transitions, and which rewards each of them receives.
+
+Every LLM call either becomes a policy call or gets one exclusion reason (first match
+wins, so counts add up): already processed by an earlier incremental run, episode still
+running, split filter, agent filter, policy-version filter. Rewards are attached to the
+last *policy* call that ended at or before the reward's time (a reward with no time,
+such as a late reward, goes to the episode's last call; one before any call ended goes
+to the first), after the named-reward weights are applied.
+"""
+
+from __future__ import annotations
+
+import re
+
+import duckdb
+
+from tracerl.pipeline.rewards import OUTCOME_SOURCES
+from tracerl.pipeline.source import PipelineInputError
+
+_VERSION_SPEC = re.compile(r"^\s*(>=|<=|>|<|==)?\s*(\d+)\s*$")
+
+
+def policy_version_predicate(spec: str | None) -> str:
+    """SQL predicate on ``policy_version`` for a spec like ``3``, ``3,4`` or ``>=3``."""
+    if not spec:
+        return "true"
+    terms = []
+    for part in spec.split(","):
+        match = _VERSION_SPEC.match(part)
+        if not match:
+            raise PipelineInputError(
+                f"--policy-versions {spec!r}: use versions and comparisons separated by commas, e.g. '3,4' or '>=3'"
+            )
+        op = match.group(1) or "="
+        terms.append(f"policy_version {'=' if op == '==' else op} {int(match.group(2))}")
+    return "(" + " OR ".join(terms) + ")"
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def select_policy_calls(
+    con: duckdb.DuckDBPyConnection, *, agents: str | None, splits: tuple[str, ...], policy_versions: str | None
+) -> None:
+    """Tables ``call_status`` (every call, with its exclusion reason) and ``policy_calls`` (with steps)."""
+    if agents:
+        try:
+            re.compile(agents)
+        except re.error as exc:
+            raise PipelineInputError(f"--agents {agents!r} is not a valid regular expression: {exc}") from exc
+    agent_ok = f"coalesce(regexp_matches(c.agent_name, {_quote(agents)}), false)" if agents else "true"
+    split_ok = f"e.split IN ({', '.join(_quote(s) for s in splits)})" if splits else "true"
+    version_ok = policy_version_predicate(policy_versions).replace("policy_version", "c.policy_version")
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE call_status AS
+        SELECT c.*, e.task_id, e.split, e.truncated,
+            CASE
+                WHEN p.episode_id IS NOT NULL THEN 'already_processed'
+                WHEN e.pending THEN 'episode_pending'
+                WHEN NOT coalesce({split_ok}, false) THEN 'split_filter'
+                WHEN NOT {agent_ok} THEN 'agent_filter'
+                WHEN NOT coalesce({version_ok}, false) THEN 'policy_version_filter'
+            END AS excluded
+        FROM llm_calls c JOIN episodes e USING (episode_id)
+        LEFT JOIN processed p USING (episode_id)
+        """
+    )
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE policy_calls AS
+        SELECT *, (row_number() OVER (PARTITION BY episode_id ORDER BY start_ns, end_ns, span_id) - 1) AS step
+        FROM call_status WHERE excluded IS NULL
+        """
+    )
+
+
+def attach_rewards(con: duckdb.DuckDBPyConnection, weights: dict[str, float] | None) -> None:
+    """Table ``attached_rewards``: each reward with its weight and the step of the call that receives it.
+
+    With ``weights``, outcome rewards whose name is not listed get weight 0 (counted as
+    ignored); intermediate (AIR) rewards keep their rule's value.
+    """
+    con.execute("CREATE OR REPLACE TEMP TABLE reward_weights (name VARCHAR, weight DOUBLE)")
+    if weights:
+        con.executemany("INSERT INTO reward_weights VALUES (?, ?)", list(weights.items()))
+    default_weight = "0.0" if weights else "1.0"
+    outcome = ", ".join(_quote(s) for s in OUTCOME_SOURCES)
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE attached_rewards AS
+        WITH w AS (
+            SELECT r.*, CASE WHEN r.source IN ({outcome}) THEN coalesce(rw.weight, {default_weight}) ELSE 1.0 END AS weight
+            FROM rewards r LEFT JOIN reward_weights rw USING (name)
+            WHERE r.value IS NOT NULL AND r.episode_id IS NOT NULL
+        ),
+        last AS (SELECT episode_id, max(step) AS last_step FROM policy_calls GROUP BY episode_id)
+        SELECT w.*, CASE WHEN w.time_ns IS NULL THEN last.last_step ELSE coalesce(a.step, 0) END AS step
+        FROM w
+        JOIN last USING (episode_id)
+        ASOF LEFT JOIN (SELECT episode_id, end_ns, step FROM policy_calls) a
+            ON w.episode_id = a.episode_id AND w.time_ns >= a.end_ns
+        """
+    )
