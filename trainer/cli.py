@@ -85,7 +85,28 @@ def demo(
     console.print(f"metrics: {out / 'metrics.jsonl'}   reward curve: {out / 'reward_curve.png'}")
 
 
+def serve(
+    model: Optional[Path] = typer.Option(None, "--model", help="Hugging Face model dir (default: the tiny local model, built on first use)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind; 0.0.0.0 exposes it to the network."),
+    port: int = typer.Option(8000, "--port"),
+    served_model_name: Optional[str] = typer.Option(None, "--served-model-name", help="Name in /v1/models (default: the model dir's name)."),
+    max_batch_size: int = typer.Option(64, "--max-batch-size", help="Most sequences decoded together."),
+) -> None:
+    """Serve a policy over the OpenAI API (chat, completions) with token ids, log-probs and policy versions."""
+    import uvicorn
+
+    from tracerl.trainer.server import create_app
+
+    if model is not None and not (model / "config.json").is_file():
+        raise typer.BadParameter(f"{model} is not a Hugging Face model dir (no config.json)", param_hint="--model")
+    app = create_app(model, served_model_name=served_model_name, max_batch_size=max_batch_size)
+    engine = app.state.engine
+    console.print(f"serving {engine.model_path} at http://{host}:{port}/v1 (policy version {engine.policy_version})")
+    uvicorn.run(app, host=host, port=port, log_level="info")
+
+
 def register(app: typer.Typer) -> None:
     """Add this part's commands to the root `tracerl` app."""
+    app.command("serve")(serve)
     app.command("train")(train)
     app.command("demo")(demo)

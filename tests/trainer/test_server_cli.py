@@ -1,0 +1,60 @@
+"""`tracerl serve` as users start it: a real process, answering the OpenAI API on loopback."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_tracerl_serve_answers_chat_and_stops_cleanly(tmp_path):
+    port = _free_port()
+    log = (tmp_path / "serve.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tracerl", "serve", "--port", str(port), "--served-model-name", "policy"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None, (tmp_path / "serve.log").read_text()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "tracerl serve did not come up"
+            time.sleep(0.2)
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models").json()
+        assert models["data"][0]["id"] == "policy"
+        reply = httpx.post(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "return_token_ids": True},
+        ).json()
+        assert reply["model"] == "policy" and reply["policy_version"] == 0
+        assert 1 <= len(reply["choices"][0]["token_ids"]) <= 3
+    finally:
+        process.terminate()
+        returncode = process.wait(timeout=30)
+        log.close()
+    # uvicorn shuts down gracefully, then re-raises SIGTERM so the exit status tells why it stopped
+    assert returncode in (0, -15)
+    assert "Application shutdown complete" in (tmp_path / "serve.log").read_text()
+
+
+def test_tracerl_serve_rejects_a_model_dir_that_is_not_a_checkpoint(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "tracerl", "serve", "--model", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode != 0
+    assert "no config.json" in result.stderr

@@ -1,0 +1,81 @@
+"""Bad requests get a 400 with an OpenAI-style error naming the bad field; the server keeps serving."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def server(policy_server):
+    return policy_server
+
+
+def _post(server, path: str, body) -> httpx.Response:
+    kwargs = {"content": body} if isinstance(body, (str, bytes)) else {"json": body}
+    return httpx.post(f"{server.base_url}{path}", headers={"content-type": "application/json"}, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param", "words"),
+    [
+        ("/chat/completions", {"messages": []}, "messages", "at least 1"),
+        ("/chat/completions", {}, "messages", "required"),
+        ("/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role", "'user'"),
+        ("/chat/completions", {"messages": USER, "temperature": "hot"}, "temperature", "number"),
+        ("/chat/completions", {"messages": USER, "temperature": 3}, "temperature", "less than or equal to 2"),
+        ("/chat/completions", {"messages": USER, "max_tokens": 0}, "max_tokens", "greater than or equal to 1"),
+        ("/chat/completions", {"messages": USER, "max_tokens": 100000}, "max_tokens", "maximum context length"),
+        ("/chat/completions", {"messages": USER, "max_completion_tokens": 100000}, "max_completion_tokens", "context"),
+        ("/chat/completions", {"messages": USER, "n": 0}, "n", "greater than or equal to 1"),
+        ("/chat/completions", {"messages": USER, "top_p": 0}, "top_p", "greater than 0"),
+        ("/chat/completions", {"messages": USER, "top_logprobs": 2}, "top_logprobs", "logprobs: true"),
+        ("/chat/completions", {"messages": [{"role": "user", "content": "x" * 5000}]}, "messages", "Shorten the prompt"),
+        ("/completions", {"prompt": "x", "logprobs": 50}, "logprobs", "less than or equal to 20"),
+        ("/completions", {"prompt": [1, 2, 100000]}, "prompt", "outside the vocabulary"),
+        ("/completions", {"prompt": ""}, "prompt", "empty"),
+        ("/completions", {"prompt": "x", "echo": True}, "echo", "not supported"),
+        ("/completions", {"max_tokens": 3}, "prompt", "required"),
+        ("/load_weights", {"path": "/nonexistent/checkpoint"}, "path", "no config.json"),
+        ("/load_weights", {"version": 3}, "path", "required"),
+        ("/load_weights", {"path": "/tmp", "version": -1}, "version", "greater than or equal to 0"),
+    ],
+)
+def test_bad_field_is_named(server, path, body, param, words):
+    response = _post(server, path, body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param
+    assert error["type"] == "invalid_request_error"
+    assert words in error["message"]
+
+
+@pytest.mark.parametrize("raw", ["{not json", "[1, 2]", '"text"'])
+def test_body_must_be_a_json_object(server, raw):
+    response = _post(server, "/chat/completions", raw)
+    assert response.status_code == 400
+    assert response.json()["error"]["message"].startswith(("the request body is not valid JSON", "the request body must be"))
+
+
+def test_unknown_route_is_a_json_404(server):
+    response = httpx.get(f"{server.base_url}/nothing-here")
+    assert response.status_code == 404
+    assert "/v1/nothing-here" in response.json()["error"]["message"]
+
+
+def test_openai_client_raises_bad_request_with_the_message(server):
+    client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="m", messages=USER, max_tokens=10**6)
+    assert "maximum context length" in str(info.value)
+
+
+def test_server_still_answers_after_bad_requests(server):
+    for _ in range(3):
+        _post(server, "/chat/completions", "{broken")
+    reply = _post(server, "/chat/completions", {"messages": USER, "max_tokens": 2}).json()
+    assert reply["usage"]["completion_tokens"] >= 1

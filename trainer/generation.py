@@ -1,0 +1,434 @@
+"""Batched token sampling over a transformers causal LM, for the built-in policy server.
+
+One background thread owns the model. Requests from any number of HTTP handlers queue
+up; the thread decodes everything that is running as one left-padded batch with a KV
+cache (continuous batching: newcomers join at the next step by re-prefilling the batch,
+finished rows are dropped from the cache). Because the RL trainer recomputes the
+log-probs of exactly the sampled ids, each reported log-prob is ``log_softmax`` of the
+raw logits (temperature and top-p shape only the sampling), like vLLM's default.
+
+Weight reloads are applied between tokens only once the running batch has drained, so
+every token of a response comes from one policy version, the one it reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import AsyncIterator
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one request's completions (OpenAI semantics)."""
+
+    max_tokens: int
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    top_logprobs: int = 0  # alternatives reported per token
+    seed: int | None = None
+
+
+@dataclass
+class TokenStep:
+    """One sampled token of one choice; ``text`` is the newly visible text."""
+
+    choice: int
+    token_id: int
+    logprob: float
+    top_logprobs: list[tuple[int, float]]
+    text: str
+
+
+@dataclass
+class ChoiceResult:
+    """A finished choice: every sampled id (incl. a final EOS) with its log-prob."""
+
+    choice: int
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+    top_logprobs: list[list[tuple[int, float]]]
+    text: str
+    finish_reason: str  # "stop" | "length"
+
+
+@dataclass
+class Admitted:
+    """The request entered the running batch; all its tokens come from this version."""
+
+    policy_version: int
+
+
+@dataclass
+class Failed:
+    """Generation raised; the request cannot be completed."""
+
+    message: str
+
+
+class GenerationError(RuntimeError):
+    """Raised to the awaiting request when the engine failed to generate."""
+
+
+class WeightLoadError(ValueError):
+    """A checkpoint could not be loaded (missing, malformed or incompatible)."""
+
+
+class GenerationHandle:
+    """The asyncio side of one submitted request: a stream of engine events."""
+
+    def __init__(self, num_choices: int) -> None:
+        self.num_choices = num_choices
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self.cancelled = False
+
+    def _emit(self, event: object) -> None:
+        """Called from the engine thread."""
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        except RuntimeError:  # the event loop is gone (server shut down): nobody listens
+            self.cancelled = True
+
+    def cancel(self) -> None:
+        """Stop generating for this request (client went away)."""
+        self.cancelled = True
+
+    async def admitted(self) -> int:
+        """Wait until the request runs; return its policy version."""
+        event = await self._queue.get()
+        if isinstance(event, Failed):
+            raise GenerationError(event.message)
+        assert isinstance(event, Admitted)
+        return event.policy_version
+
+    async def events(self) -> AsyncIterator[TokenStep | ChoiceResult]:
+        """Token steps and finished choices, until every choice finished (after ``admitted``)."""
+        remaining = self.num_choices
+        while remaining:
+            event = await self._queue.get()
+            if isinstance(event, Failed):
+                raise GenerationError(event.message)
+            if isinstance(event, ChoiceResult):
+                remaining -= 1
+            yield event
+
+    async def results(self) -> list[ChoiceResult]:
+        """All finished choices, ordered by choice index (after ``admitted``)."""
+        done = [e async for e in self.events() if isinstance(e, ChoiceResult)]
+        return sorted(done, key=lambda r: r.choice)
+
+
+@dataclass
+class _Group:
+    """One request: every prompt times n choices, admitted into the batch together."""
+
+    prompts: list[list[int]]
+    n: int
+    params: SamplingParams
+    handle: GenerationHandle
+    generator: torch.Generator
+
+
+@dataclass
+class _Row:
+    """One choice being decoded."""
+
+    group: _Group
+    choice: int
+    prompt: list[int]
+    generated: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    emitted_text: str = ""
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.generated
+
+
+@dataclass
+class _Swap:
+    model: torch.nn.Module
+    version: int | None
+    done: threading.Event = field(default_factory=threading.Event)
+    applied_version: int = -1
+
+
+def load_causal_lm(path: str | Path) -> torch.nn.Module:
+    """Load a HF checkpoint for CPU inference in float32, or say what is wrong with it."""
+    from transformers import AutoModelForCausalLM
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise WeightLoadError(f"{path} is not a Hugging Face checkpoint directory (no config.json)")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    except Exception as exc:  # transformers raises many types for broken checkpoints
+        raise WeightLoadError(f"cannot load checkpoint {path}: {exc}") from exc
+    return model.eval()
+
+
+class GenerationEngine:
+    """Owns model and tokenizer; decodes submitted requests in a background thread."""
+
+    def __init__(self, model_path: str | Path, *, max_batch_size: int = 64, policy_version: int = 0) -> None:
+        from transformers import AutoTokenizer
+
+        self.model_path = Path(model_path)
+        self.model = load_causal_lm(self.model_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.max_batch_size = max_batch_size
+        self.max_context = int(self.model.config.max_position_embeddings)
+        self.eos_token_ids = _eos_token_ids(self.model, self.tokenizer)
+        self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_token_ids)
+        self._version = policy_version
+        self._cond = threading.Condition()
+        self._waiting: deque[_Group] = deque()
+        self._swap: _Swap | None = None
+        self._swap_lock = threading.Lock()  # one reload at a time
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._rng = random.Random()
+        # batch state, touched only by the engine thread
+        self._rows: list[_Row] = []
+        self._cache = None
+        self._mask: torch.Tensor | None = None
+        self._logits: torch.Tensor | None = None  # next-token logits of every row, or None if stale
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.config.vocab_size)
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is None:
+            self._stopping = False
+            self._thread = threading.Thread(target=self._run, name="tracerl-generation", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    # ---- API used by the server (event-loop / worker threads) --------------------------
+    def submit(self, prompts: list[list[int]], params: SamplingParams, n: int = 1) -> GenerationHandle:
+        """Queue ``n`` choices per prompt; call from a running event loop."""
+        handle = GenerationHandle(num_choices=len(prompts) * n)
+        seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
+        group = _Group(prompts, n, params, handle, torch.Generator().manual_seed(seed))
+        with self._cond:
+            if self._stopping:
+                raise GenerationError("the generation engine is shutting down")
+            self._waiting.append(group)
+            self._cond.notify_all()
+        return handle
+
+    def load_weights(self, path: str | Path, version: int | None = None) -> int:
+        """Swap in the checkpoint at ``path`` once running requests finish; return the new version.
+
+        Blocking: loads the checkpoint on the calling thread while decoding continues.
+        """
+        model = load_causal_lm(path)
+        vocab = int(model.config.vocab_size)
+        if vocab != self.vocab_size:
+            raise WeightLoadError(f"checkpoint {path} has vocab_size {vocab}, the served tokenizer needs {self.vocab_size}")
+        with self._swap_lock:
+            swap = _Swap(model, version)
+            with self._cond:
+                self._swap = swap
+                self._cond.notify_all()
+            swap.done.wait()
+        return swap.applied_version
+
+    # ---- engine thread -----------------------------------------------------------------
+    def _run(self) -> None:
+        with torch.inference_mode():
+            while True:
+                with self._cond:
+                    while not (self._stopping or self._waiting or self._rows or self._swap):
+                        self._cond.wait()
+                    if self._stopping:
+                        break
+                    if self._swap is not None and not self._rows:
+                        self._apply_swap(self._swap)
+                        self._swap = None
+                        continue
+                    newcomers = self._take_waiting() if self._swap is None else []
+                try:
+                    self._advance(newcomers)
+                except Exception as exc:  # keep serving: fail only the requests in this batch
+                    self._fail_all(f"generation failed: {type(exc).__name__}: {exc}", newcomers)
+        self._fail_all("the server is shutting down", list(self._waiting))
+
+    def _take_waiting(self) -> list[_Group]:
+        taken: list[_Group] = []
+        room = self.max_batch_size - len(self._rows)
+        while self._waiting:
+            size = len(self._waiting[0].prompts) * self._waiting[0].n
+            if size > room and (taken or self._rows):
+                break
+            taken.append(self._waiting.popleft())
+            room -= size
+        return taken
+
+    def _apply_swap(self, swap: _Swap) -> None:
+        self.model = swap.model
+        self._version = swap.version if swap.version is not None else self._version + 1
+        swap.applied_version = self._version
+        swap.done.set()
+
+    def _advance(self, newcomers: list[_Group]) -> None:
+        """One decoding step of the whole batch, admitting newcomers first."""
+        if newcomers:
+            self._rows = [r for r in self._rows if not r.group.handle.cancelled]
+            for group in newcomers:
+                group.handle._emit(Admitted(self._version))
+                for p, prompt in enumerate(group.prompts):
+                    self._rows.extend(_Row(group, p * group.n + j, list(prompt)) for j in range(group.n))
+            self._prefill()
+        elif self._logits is None:
+            self._decode()
+        if self._rows:
+            self._sample()
+
+    def _prefill(self) -> None:
+        """Run every row's full token list (left-padded) through the model: fresh cache."""
+        from transformers import DynamicCache
+
+        seqs = [r.tokens for r in self._rows]
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            ids[i, width - len(s) :] = torch.tensor(s)
+            mask[i, width - len(s) :] = 1
+        positions = (mask.cumsum(1) - 1).clamp(min=0)
+        self._cache = DynamicCache(config=self.model.config)
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self._cache, use_cache=True, logits_to_keep=1
+        )
+        self._mask = mask
+        self._logits = out.logits[:, -1].float()
+
+    def _decode(self) -> None:
+        """Feed each row's last sampled token through the model with the KV cache."""
+        ids = torch.tensor([[r.generated[-1]] for r in self._rows])
+        self._mask = torch.cat([self._mask, torch.ones((len(self._rows), 1), dtype=torch.long)], dim=1)
+        positions = self._mask.sum(1, keepdim=True) - 1
+        out = self.model(input_ids=ids, attention_mask=self._mask, position_ids=positions, past_key_values=self._cache, use_cache=True)
+        self._logits = out.logits[:, -1].float()
+
+    def _sample(self) -> None:
+        """Sample one token per row, report it, and drop finished rows from the batch."""
+        logits = self._logits
+        logprobs = torch.log_softmax(logits, dim=-1)
+        greedy = logits.argmax(dim=-1).tolist()
+        k = max(r.group.params.top_logprobs for r in self._rows)
+        top = logprobs.topk(k, dim=-1) if k else None
+        keep: list[int] = []
+        for i, row in enumerate(self._rows):
+            if row.group.handle.cancelled:
+                continue
+            params = row.group.params
+            token = greedy[i] if params.temperature == 0 else _sample_token(logits[i], params, row.group.generator)
+            row.generated.append(token)
+            row.logprobs.append(float(logprobs[i, token]))
+            tops = (
+                list(zip(top.indices[i, : params.top_logprobs].tolist(), top.values[i, : params.top_logprobs].tolist()))
+                if top is not None and params.top_logprobs
+                else []
+            )
+            row.top_logprobs.append(tops)
+            if not self._report(row, token, tops):
+                keep.append(i)
+        self._logits = None
+        if len(keep) < len(self._rows):
+            self._rows = [self._rows[i] for i in keep]
+            if self._rows:
+                index = torch.tensor(keep)
+                self._cache.batch_select_indices(index)
+                self._mask = self._mask[index]
+            else:
+                self._cache = self._mask = None
+
+    def _report(self, row: _Row, token: int, tops: list[tuple[int, float]]) -> bool:
+        """Emit the step (and the result if the row finished); return whether it finished."""
+        params = row.group.params
+        text = self.tokenizer.decode(row.generated, skip_special_tokens=True)
+        finish = None
+        if token in self.eos_token_ids:
+            finish = "stop"
+        else:
+            hits = [i for i in (text.find(s) for s in params.stop) if i >= 0]
+            if hits:
+                text, finish = text[: min(hits)], "stop"
+            elif len(row.generated) >= params.max_tokens or len(row.tokens) >= self.max_context:
+                finish = "length"
+        visible = text if finish else _stable_prefix(text, params.stop)
+        delta = visible[len(row.emitted_text) :] if visible.startswith(row.emitted_text) else ""
+        row.emitted_text += delta
+        handle = row.group.handle
+        handle._emit(TokenStep(row.choice, token, row.logprobs[-1], tops, delta))
+        if finish:
+            handle._emit(
+                ChoiceResult(row.choice, row.prompt, row.generated, row.logprobs, row.top_logprobs, text, finish)
+            )
+        return finish is not None
+
+    def _fail_all(self, message: str, groups: list[_Group]) -> None:
+        handles = {id(r.group.handle): r.group.handle for r in self._rows}
+        handles.update({id(g.handle): g.handle for g in groups})
+        for handle in handles.values():
+            handle._emit(Failed(message))
+        self._rows, self._cache, self._mask, self._logits = [], None, None, None
+
+
+def _sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
+    """Draw from softmax(logits / T), restricted to the top-p nucleus."""
+    probs = torch.softmax(logits / params.temperature, dim=-1)
+    if params.top_p < 1.0:
+        sorted_probs, order = probs.sort(descending=True)
+        outside = sorted_probs.cumsum(0) - sorted_probs >= params.top_p  # the first token always stays
+        sorted_probs[outside] = 0.0
+        probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def _stable_prefix(text: str, stops: tuple[str, ...]) -> str:
+    """Text safe to stream: no half-decoded UTF-8 tail, no tail that may start a stop string."""
+    text = text.rstrip("\ufffd")
+    hold = 0
+    for stop in stops:
+        for k in range(min(len(stop) - 1, len(text)), hold, -1):
+            if text.endswith(stop[:k]):
+                hold = k
+                break
+    return text[: len(text) - hold]
+
+
+def _eos_token_ids(model: torch.nn.Module, tokenizer) -> frozenset[int]:
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None)
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return frozenset(ids)

@@ -1,0 +1,146 @@
+"""Request bodies the built-in server accepts: OpenAI's fields plus vLLM's extras.
+
+Validation is pydantic's, so a bad request is answered with the exact field that is
+wrong (``messages[2].role``). Unknown fields are accepted and ignored, as OpenAI
+clients send many optional ones.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+MAX_N = 64
+MAX_TOP_LOGPROBS = 20
+
+
+class RequestError(Exception):
+    """A client error answered as ``{"error": {"message", "type", "param", "code"}}``."""
+
+    def __init__(self, message: str, *, param: str | None = None, status: int = 400, type: str = "invalid_request_error"):
+        super().__init__(message)
+        self.message, self.param, self.status, self.type = message, param, status, type
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": None}}
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class StreamOptions(_Lenient):
+    include_usage: bool = False
+
+
+class TextPart(_Lenient):
+    type: Literal["text"]
+    text: str
+
+
+class FunctionCall(_Lenient):
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCall(_Lenient):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Lenient):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    def text(self) -> str | None:
+        if isinstance(self.content, list):
+            return "".join(part.text for part in self.content)
+        return self.content
+
+
+class FunctionDef(_Lenient):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class Tool(_Lenient):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class _SamplingRequest(_Lenient):
+    model: str | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] = 1.0
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    n: Annotated[int, Field(ge=1, le=MAX_N)] = 1
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    return_token_ids: bool = False  # vLLM extra
+    return_tokens_as_token_ids: bool = False  # vLLM extra: logprob tokens read "token_id:N"
+
+    def stop_strings(self) -> tuple[str, ...]:
+        stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
+        return tuple(s for s in stops if s)
+
+
+class ChatCompletionRequest(_SamplingRequest):
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    logprobs: bool = False
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(_SamplingRequest):
+    prompt: str | Annotated[list[str], Field(min_length=1)] | Annotated[list[int], Field(min_length=1)] | Annotated[
+        list[Annotated[list[int], Field(min_length=1)]], Field(min_length=1)
+    ]
+    max_tokens: Annotated[int, Field(ge=1)] | None = 16  # OpenAI's default for completions
+    logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    echo: bool = False
+
+    def token_limit(self) -> int | None:
+        return self.max_tokens
+
+
+class LoadWeightsRequest(_Lenient):
+    path: Annotated[str, Field(min_length=1)]
+    version: Annotated[int, Field(ge=0)] | None = None
+
+
+def parse_request(model: type[BaseModel], body: Any) -> Any:
+    """Validate ``body`` as ``model`` or raise a RequestError naming the first bad field."""
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object")
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        param = _param_name(error["loc"])
+        raise RequestError(f"{param}: {error['msg']}" if param else error["msg"], param=param) from None
+
+
+def _param_name(loc: tuple) -> str | None:
+    """('messages', 0, 'role') -> 'messages[0].role'; drops pydantic's union-branch labels."""
+    name = ""
+    for part in loc:
+        if isinstance(part, int):
+            name += f"[{part}]"
+        elif isinstance(part, str) and (part.startswith(("list[", "str", "int", "function-", "literal[", "dict[")) or "[" in part):
+            break  # a union branch label, not a field
+        else:
+            name += f".{part}" if name else part
+    return name or None
