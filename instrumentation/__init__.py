@@ -1,0 +1,28 @@
+"""Capture: OTel setup from env vars, the Parquet span exporter, the episode and reward
+API, exact token ids from OpenAI-compatible servers, framework hooks, the gateway.
+
+``instrument()``, ``episode()``, ``emit_reward()`` and ``agent()`` are the public
+names (also reachable as ``tracerl.<name>``). They are imported on first use so that
+the ``tracerl`` CLI and the OTel entry points stay quick to load.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_PUBLIC = {
+    "Episode": "tracerl.instrumentation.episodes",
+    "agent": "tracerl.instrumentation.episodes",
+    "emit_reward": "tracerl.instrumentation.episodes",
+    "episode": "tracerl.instrumentation.episodes",
+    "instrument": "tracerl.instrumentation.setup",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tracerl.instrumentation' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -45,3 +45,7 @@ VLLM_PROMPT_TOKEN_IDS_FIELD = "prompt_token_ids"  # top level of a response
 VLLM_CHOICE_TOKEN_IDS_FIELD = "token_ids"  # on each choice
 POLICY_VERSION_FIELD = "policy_version"  # tracerl server: top level of a response
 POLICY_VERSION_HEADER = "x-tracerl-policy-version"
+
+# Set on an LLM call that has no exact token ids, with the reason (the pipeline counts
+# these calls as skipped instead of guessing tokens).
+TOKEN_IDS_MISSING = "tracerl.llm.token_ids_missing"

@@ -1,0 +1,245 @@
+"""Exact tokens for every call the OpenAI Python SDK makes (and so LangChain, AutoGen,
+the Agents SDK and anything else built on it).
+
+Two private methods of the SDK's base client are wrapped, the narrowest waist every
+request passes through: ``_build_request`` (the JSON body is still a dict: the token
+fields are added there, no re-encoding) and ``_send_request`` (the raw response: the
+tokens are read and the added fields removed before the SDK parses it). The LLM call's
+span is whatever span is current at send time (OpenLLMetry's); when no LLM span is
+current (OpenLLMetry switched off), a minimal ``chat``/``text_completion`` span is made.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import logging
+from typing import Any
+
+import orjson
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind
+from wrapt import wrap_function_wrapper
+
+from tracerl.instrumentation import token_capture as tc
+from tracerl.instrumentation.settings import settings
+from tracerl.schemas import attributes as A
+
+logger = logging.getLogger(__name__)
+
+PLAN_EXTENSION = "tracerl.plan"
+_LLM_SPAN_KEYS = (A.GEN_AI_OPERATION, A.GEN_AI_SYSTEM, "gen_ai.provider.name", "llm.request.type")
+_installed = False
+
+
+def install() -> None:
+    """Wrap the OpenAI SDK once per process (no-op without the ``openai`` package)."""
+    global _installed
+    if _installed:
+        return
+    try:
+        importlib.import_module("openai._base_client")
+    except ImportError:
+        return
+    wrap_function_wrapper("openai._base_client", "BaseClient._build_request", _build_request)
+    wrap_function_wrapper("openai._base_client", "SyncAPIClient._send_request", _send_request)
+    wrap_function_wrapper("openai._base_client", "AsyncAPIClient._send_request", _send_request_async)
+    atexit.register(_report)
+    _installed = True
+
+
+def _report() -> None:
+    line = tc.STATS.report()
+    if line:
+        logger.warning(line)
+
+
+def _build_request(wrapped, instance, args, kwargs):
+    options = args[0] if args else kwargs["options"]
+    kind = tc.endpoint_kind(str(options.url)) if str(options.method).lower() == "post" else None
+    body = options.json_data
+    if kind is None or not isinstance(body, dict) or options.files:
+        return wrapped(*args, **kwargs)
+    if options.extra_json:
+        body = {**body, **options.extra_json}
+    refusal = settings().why_not_ask_tokens(instance.base_url.host)
+    plan, new_body = tc.plan_request(kind, body, refusal is None, refusal)
+    if new_body is not None:
+        options = options.model_copy(update={"json_data": new_body, "extra_json": None})
+        args = (options, *args[1:]) if args else ()
+        if not args:
+            kwargs = {**kwargs, "options": options}
+    request = wrapped(*args, **kwargs)
+    request.extensions[PLAN_EXTENSION] = (plan, body.get("model"))
+    return request
+
+
+def _is_llm_span(span: Span) -> bool:
+    attributes = getattr(span, "attributes", None)
+    return bool(span.is_recording() and attributes and any(k in attributes for k in _LLM_SPAN_KEYS))
+
+
+def _call_span(plan: tc.Plan, model: str | None) -> tuple[Span, bool]:
+    """The span of this LLM call and whether tracerl owns (must end) it."""
+    span = trace.get_current_span()
+    if _is_llm_span(span):
+        return span, False
+    operation = "chat" if plan.kind == "chat" else "text_completion"
+    attributes = {A.GEN_AI_OPERATION: operation, A.GEN_AI_SYSTEM: "openai"}
+    if model:
+        attributes[A.GEN_AI_REQUEST_MODEL] = str(model)
+    name = f"{operation} {model}" if model else operation
+    return trace.get_tracer("tracerl").start_span(name, kind=SpanKind.CLIENT, attributes=attributes), True
+
+
+class _Capture:
+    """One LLM call in flight: its plan, span and (for streams) the SSE rewriter."""
+
+    def __init__(self, request: Any) -> None:
+        self.plan, model = request.extensions[PLAN_EXTENSION]
+        self.span, self.owned = _call_span(self.plan, model)
+        self._finished = False
+        self.rewriter: tc.SSERewriter | None = None
+        self.stream_tokens: tc.StreamTokens | None = None
+
+    def response(self, response: Any) -> Any:
+        if response.status_code >= 400:
+            self.finish(None, error=True)
+            return response
+        if self.plan.stream and response.headers.get("content-type", "").startswith("text/event-stream"):
+            if response.headers.get("content-encoding", "identity") != "identity":
+                self.finish(None)
+                return response
+            self.stream_tokens = tc.StreamTokens(self.plan, response.headers)
+            self.rewriter = tc.SSERewriter(self.stream_tokens, self.finish_stream)
+            response.stream = _wrap_stream(response.stream, self)
+            return response
+        return None  # caller reads the body (sync or async)
+
+    def whole_body(self, response: Any) -> Any:
+        try:
+            body = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            self.finish(None)
+            return response
+        if not isinstance(body, dict):
+            self.finish(None)
+            return response
+        tokens = tc.take_tokens(self.plan, body, response.headers)
+        if self.owned:
+            self._describe(body)
+        if self.plan.ask:
+            content = orjson.dumps(body)
+            response._content = content
+            response.headers["content-length"] = str(len(content))
+        self.finish(tokens)
+        return response
+
+    def finish_stream(self) -> None:
+        """Record what the stream carried so far (at ``[DONE]``, its end, or its close)."""
+        self.finish(self.stream_tokens.result())
+
+    def _describe(self, body: dict) -> None:
+        if body.get("id"):
+            self.span.set_attribute(A.GEN_AI_RESPONSE_ID, str(body["id"]))
+        if body.get("model"):
+            self.span.set_attribute(A.GEN_AI_RESPONSE_MODEL, str(body["model"]))
+
+    def finish(self, tokens: tc.Tokens | None, error: bool = False) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        if not error:
+            tc.record(self.span, self.plan, tokens, settings().token_encoding)
+        if self.owned:
+            if error:
+                self.span.set_status(trace.StatusCode.ERROR)
+            self.span.end()
+
+
+def _stream_base(name: str) -> tuple[type, ...]:
+    bases = []
+    for module in ("httpx2", "httpx"):
+        try:
+            bases.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(bases) or (object,)
+
+
+class _SyncStream(*_stream_base("SyncByteStream")):
+    def __init__(self, inner: Any, capture: _Capture) -> None:
+        self._inner = inner
+        self._capture = capture
+
+    def __iter__(self):
+        rewriter = self._capture.rewriter
+        for chunk in self._inner:
+            out = rewriter.feed(chunk)
+            if out:
+                yield out
+        tail = rewriter.flush()
+        if tail:
+            yield tail
+
+    def close(self) -> None:
+        self._capture.finish_stream()
+        self._inner.close()
+
+
+class _AsyncStream(*_stream_base("AsyncByteStream")):
+    def __init__(self, inner: Any, capture: _Capture) -> None:
+        self._inner = inner
+        self._capture = capture
+
+    async def __aiter__(self):
+        rewriter = self._capture.rewriter
+        async for chunk in self._inner:
+            out = rewriter.feed(chunk)
+            if out:
+                yield out
+        tail = rewriter.flush()
+        if tail:
+            yield tail
+
+    async def aclose(self) -> None:
+        self._capture.finish_stream()
+        await self._inner.aclose()
+
+
+def _wrap_stream(inner: Any, capture: _Capture) -> Any:
+    return _AsyncStream(inner, capture) if hasattr(inner, "__aiter__") else _SyncStream(inner, capture)
+
+
+def _send_request(wrapped, instance, args, kwargs):
+    request = args[0] if args else kwargs["request"]
+    if PLAN_EXTENSION not in request.extensions:
+        return wrapped(*args, **kwargs)
+    capture = _Capture(request)
+    try:
+        response = wrapped(*args, **kwargs)
+    except BaseException:
+        capture.finish(None, error=True)
+        raise
+    handled = capture.response(response)
+    if handled is not None:
+        return handled
+    response.read()
+    return capture.whole_body(response)
+
+
+async def _send_request_async(wrapped, instance, args, kwargs):
+    request = args[0] if args else kwargs["request"]
+    if PLAN_EXTENSION not in request.extensions:
+        return await wrapped(*args, **kwargs)
+    capture = _Capture(request)
+    try:
+        response = await wrapped(*args, **kwargs)
+    except BaseException:
+        capture.finish(None, error=True)
+        raise
+    handled = capture.response(response)
+    if handled is not None:
+        return handled
+    await response.aread()
+    return capture.whole_body(response)

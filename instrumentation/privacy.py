@@ -1,0 +1,121 @@
+"""What may be recorded: the content switch, the redaction hook, the size limit, secrets.
+
+The rules are applied where attributes are *set* (an attribute map installed on every
+span by :class:`tracerl.instrumentation.processor.TracerlSpanProcessor`), so they hold
+for every exporter, not only tracerl's: a secret that never enters a span cannot leak
+through the console exporter or an OTLP collector either.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+
+from opentelemetry.attributes import BoundedAttributes
+
+from tracerl.instrumentation.settings import Settings, SettingsError
+
+# Attribute keys (prefixes) that carry prompts, completions or tool payloads.
+CONTENT_PREFIXES = (
+    "gen_ai.prompt",
+    "gen_ai.completion",
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "gen_ai.system_instructions",
+    "gen_ai.tool.call.arguments",
+    "gen_ai.tool.call.result",
+    "llm.prompts",
+    "llm.completions",
+    "traceloop.entity.input",
+    "traceloop.entity.output",
+    "tracerl.content.",
+)
+# Keys that name credentials: never recorded, whatever the value.
+_SECRET_KEY = re.compile(r"(authorization|api[-_.]?key|x-api-key|cookie|secret|password|bearer)", re.I)
+# Credential-looking values inside content (OpenAI/Anthropic keys, bearer tokens).
+_SECRET_VALUE = re.compile(r"(sk-[A-Za-z0-9_\-]{16,}|Bearer\s+[A-Za-z0-9._\-~+/]{16,}=*)")
+REDACTED = "[REDACTED]"
+TRUNCATED_MARK = "…[truncated by tracerl]"
+
+
+def is_content_key(key: str) -> bool:
+    return key.startswith(CONTENT_PREFIXES)
+
+
+def is_secret_key(key: str) -> bool:
+    return bool(_SECRET_KEY.search(key))
+
+
+def load_redactor(spec: str | None) -> Callable[[str, str], str] | None:
+    """Import the ``module:function`` hook named by ``TRACERL_REDACT``.
+
+    The hook is called as ``hook(key, text)`` for every captured content string and
+    returns the text to record (for example with e-mail addresses masked).
+    """
+    if not spec:
+        return None
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise SettingsError(f"TRACERL_REDACT={spec!r} must look like 'package.module:function'")
+    try:
+        hook = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise SettingsError(f"TRACERL_REDACT={spec!r} cannot be loaded: {exc}") from exc
+    if not callable(hook):
+        raise SettingsError(f"TRACERL_REDACT={spec!r} is not callable")
+    return hook
+
+
+class ContentPolicy:
+    """Decide, attribute by attribute, what is recorded."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.capture_content = settings.capture_content
+        self.max_chars = settings.max_content_chars
+        self.redactor = load_redactor(settings.redact)
+
+    def clean(self, key: str, value: object) -> object | None:
+        """The value to record for ``key``, or ``None`` to record nothing."""
+        if is_secret_key(key):
+            return None
+        if not is_content_key(key):
+            return value
+        if not self.capture_content:
+            return None
+        if isinstance(value, str):
+            return self._clean_text(key, value)
+        if isinstance(value, (list, tuple)) and value and isinstance(value[0], str):
+            return [self._clean_text(key, v) for v in value]
+        return value
+
+    def _clean_text(self, key: str, text: str) -> str:
+        text = _SECRET_VALUE.sub(REDACTED, text)
+        if self.redactor is not None:
+            text = self.redactor(key, text)
+        if len(text) > self.max_chars:
+            text = text[: self.max_chars] + TRUNCATED_MARK
+        return text
+
+
+class PolicedAttributes(BoundedAttributes):
+    """A span's attribute map that applies a :class:`ContentPolicy` to every write."""
+
+    def __init__(self, policy: ContentPolicy, original: BoundedAttributes) -> None:
+        super().__init__(
+            maxlen=original.maxlen,
+            attributes=None,
+            immutable=False,
+            max_value_len=original.max_value_len,
+            extended_attributes=getattr(original, "_extended_attributes", False),
+        )
+        self._policy = policy
+        self.dropped = original.dropped
+        for key, value in original.items():
+            self[key] = value
+
+    def __setitem__(self, key: str, value: object) -> None:
+        cleaned = self._policy.clean(key, value)
+        if cleaned is None:
+            return
+        super().__setitem__(key, cleaned)

@@ -1,0 +1,85 @@
+"""The span processor that stamps episode context and the agent name on every span.
+
+Episode attributes (episode id, task id, split, agent override) travel as W3C baggage,
+so they reach spans in other processes through ordinary context propagation; this
+processor copies them from the parent context onto each span when it starts. The agent
+name (``gen_ai.agent.name``) is inherited from the parent span, or asked of the
+framework hooks (a LangGraph node, for instance), so every LLM call knows which
+(sub-)agent made it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from opentelemetry import baggage, trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+
+from tracerl.instrumentation.privacy import ContentPolicy, PolicedAttributes
+from tracerl.instrumentation.settings import Settings
+from tracerl.schemas import attributes as A
+
+AgentNameResolver = Callable[[], "str | None"]
+
+# Framework hooks register a function returning the agent running now (or None).
+_agent_name_resolvers: list[AgentNameResolver] = []
+
+
+def add_agent_name_resolver(resolver: AgentNameResolver) -> None:
+    if resolver not in _agent_name_resolvers:
+        _agent_name_resolvers.append(resolver)
+
+
+def _resolve_agent_name() -> str | None:
+    for resolver in _agent_name_resolvers:
+        name = resolver()
+        if name:
+            return name
+    return None
+
+
+class TracerlSpanProcessor(SpanProcessor):
+    """Copy episode baggage and the agent name onto spans; police their attributes."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._policy = ContentPolicy(settings)
+        # Process-wide episode set by `tracerl run --task-id ...`: baggage still wins.
+        self._defaults = {
+            A.EPISODE_ID: settings.episode_id,
+            A.TASK_ID: settings.task_id,
+            A.SPLIT: settings.split,
+            A.AGENT_NAME: settings.agent_name,
+        }
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        attributes = getattr(span, "_attributes", None)
+        if attributes is not None and not isinstance(attributes, PolicedAttributes):
+            span._attributes = PolicedAttributes(self._policy, attributes)
+        current = span.attributes or {}
+        entries = baggage.get_all(parent_context)
+        for key in A.BAGGAGE_KEYS:
+            value = entries.get(key) or self._defaults[key]
+            if value is not None and key not in current:
+                span.set_attribute(key, str(value))
+        if A.GEN_AI_AGENT_NAME not in current:
+            name = self._inherited_agent_name(parent_context) or _resolve_agent_name()
+            if name:
+                span.set_attribute(A.GEN_AI_AGENT_NAME, name)
+
+    @staticmethod
+    def _inherited_agent_name(parent_context: Context | None) -> str | None:
+        parent = trace.get_current_span(parent_context)
+        parent_attributes = getattr(parent, "attributes", None)
+        if not parent_attributes:
+            return None
+        return parent_attributes.get(A.GEN_AI_AGENT_NAME)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True

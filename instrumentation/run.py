@@ -1,0 +1,72 @@
+"""``tracerl run -- CMD``: run a program with capture switched on by environment alone.
+
+It does what ``opentelemetry-instrument`` does (put OTel's ``sitecustomize`` first on
+``PYTHONPATH`` so every Python process of the command auto-instruments itself at
+start-up) and sets tracerl's defaults: the ``tracerl`` Parquet exporter (or OTLP to a
+collector), no metrics/logs exporters, and optionally one episode for the whole run.
+Child processes inherit the environment, so they are captured too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import opentelemetry.instrumentation.auto_instrumentation as auto_instrumentation
+
+from tracerl.instrumentation import settings as S
+
+
+def capture_env(
+    base: Mapping[str, str],
+    *,
+    data_dir: str | None = None,
+    otlp_endpoint: str | None = None,
+    task_id: str | None = None,
+    split: str | None = None,
+    episode_id: str | None = None,
+    capture_content: bool | None = None,
+) -> dict[str, str]:
+    """The environment a captured program runs with (``base`` plus tracerl's settings)."""
+    env = dict(base)
+    if otlp_endpoint:
+        env["OTEL_TRACES_EXPORTER"] = "otlp"
+        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = otlp_endpoint
+        env.setdefault("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
+    else:
+        env.setdefault("OTEL_TRACES_EXPORTER", "tracerl")
+    # the distro defaults these to OTLP, which would retry against a collector nobody runs
+    env.setdefault("OTEL_METRICS_EXPORTER", "none")
+    env.setdefault("OTEL_LOGS_EXPORTER", "none")
+    if data_dir is not None:
+        env[S.DATA_DIR_ENV] = str(Path(data_dir).resolve())
+    elif S.DATA_DIR_ENV not in env:
+        env[S.DATA_DIR_ENV] = str(Path(S.DEFAULT_DATA_DIR).resolve())
+    if task_id is not None or episode_id is not None:
+        env[S.EPISODE_ID_ENV] = episode_id or uuid.uuid4().hex
+    if task_id is not None:
+        env[S.TASK_ID_ENV] = task_id
+    if split is not None:
+        env[S.SPLIT_ENV] = split
+    if capture_content is not None:
+        env[S.CAPTURE_CONTENT_ENV] = "true" if capture_content else "false"
+    hook_dir = str(Path(auto_instrumentation.__file__).parent)
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != hook_dir]
+    cwd = os.getcwd()
+    if cwd not in paths:
+        paths.insert(0, cwd)
+    env["PYTHONPATH"] = os.pathsep.join([hook_dir, *paths])
+    return env
+
+
+def run_captured(command: Sequence[str], env: Mapping[str, str]) -> int:
+    """Run ``command`` with ``env``; return its exit status (signals as 128+N)."""
+    try:
+        completed = subprocess.run(list(command), env=dict(env), check=False)
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"tracerl run: command not found: {command[0]!r}") from exc
+    code = completed.returncode
+    return 128 - code if code < 0 else code

@@ -1,0 +1,250 @@
+"""A deterministic OpenAI-compatible server that answers like vLLM, on loopback.
+
+For tests and benchmarks of capture that need a real HTTP endpoint but no model: it
+speaks the OpenAI chat and completions APIs (streaming and tool calls included) and,
+exactly like vLLM, returns ``prompt_token_ids``/``token_ids`` only when asked with
+``return_token_ids`` and log-probs only when asked with ``logprobs``. It remembers what
+it returned (:attr:`ScriptedServer.calls`) so a test can compare captured tokens with
+the truth. Token ids are the UTF-8 bytes of the text (+ an EOS id), log-probs a fixed
+function of the position.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+EOS_ID = 256
+POLICY_VERSION = 7
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the scripted model says: text, or one tool call."""
+
+    text: str = ""
+    tool_name: str | None = None
+    tool_arguments: dict[str, Any] = field(default_factory=dict)
+
+
+Responder = Callable[[dict], Reply]
+
+
+def default_responder(body: dict) -> Reply:
+    """Call the first offered tool once, then answer; echo prompts of completions."""
+    messages = body.get("messages")
+    if messages is None:
+        return Reply(text=f"ok:{len(str(body.get('prompt', '')))}")
+    tools = body.get("tools") or []
+    if tools and not any(m.get("role") == "tool" for m in messages):
+        fn = tools[0].get("function", tools[0])
+        params = fn.get("parameters", {}).get("properties", {})
+        return Reply(tool_name=fn["name"], tool_arguments={k: "x" for k in params})
+    return Reply(text=f"done after {len(messages)} messages")
+
+
+def text_ids(text: str) -> list[int]:
+    return list(text.encode())
+
+
+def logprob_at(i: int) -> float:
+    return -0.05 - 0.1 * (i % 5)
+
+
+@dataclass
+class Call:
+    """One answered request and the exact tokens the server returned for it."""
+
+    path: str
+    request: dict
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+
+
+class ScriptedServer:
+    def __init__(self, responder: Responder = default_responder, latency_s: float = 0.0) -> None:
+        self.responder = responder
+        self.latency_s = latency_s
+        self.calls: list[Call] = []
+        self.base_url = ""
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/completions", self._completions, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+            ]
+        )
+
+    # ---- endpoints ----------------------------------------------------------------
+
+    async def _models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+
+    async def _chat(self, request: Request) -> Response:
+        return await self._answer(request, chat=True)
+
+    async def _completions(self, request: Request) -> Response:
+        return await self._answer(request, chat=False)
+
+    async def _answer(self, request: Request, chat: bool) -> Response:
+        try:
+            body = json.loads(await request.body())
+        except json.JSONDecodeError as exc:
+            return JSONResponse({"object": "error", "message": f"invalid JSON: {exc}", "code": 400}, status_code=400)
+        if body.get("model") == "missing-model":
+            msg = f"The model `{body['model']}` does not exist."
+            return JSONResponse({"object": "error", "message": msg, "type": "NotFoundError", "code": 404}, 404)
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        reply = self.responder(body)
+        prompt_text = json.dumps(body.get("messages") if chat else body.get("prompt"))
+        prompt_ids = text_ids(prompt_text)[:512]
+        if reply.tool_name is not None:
+            out_text = json.dumps({"name": reply.tool_name, "arguments": reply.tool_arguments})
+            out_text = f"<tool_call>{out_text}</tool_call>"
+        else:
+            out_text = reply.text
+        ids = text_ids(out_text) + [EOS_ID]
+        lps = [logprob_at(i) for i in range(len(ids))]
+        self.calls.append(Call(request.url.path, body, prompt_ids, ids, lps))
+        call_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
+        headers = {"x-tracerl-policy-version": str(POLICY_VERSION)}
+        if body.get("stream"):
+            chunks = self._chunks(body, chat, call_id, reply, out_text, prompt_ids, ids, lps)
+            return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
+        return JSONResponse(self._whole(body, chat, call_id, reply, out_text, prompt_ids, ids, lps), headers=headers)
+
+    # ---- response bodies ----------------------------------------------------------
+
+    @staticmethod
+    def _tool_calls(reply: Reply) -> list[dict]:
+        args = json.dumps(reply.tool_arguments)
+        call = {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function", "function": {"name": reply.tool_name, "arguments": args}}
+        return [call]
+
+    @staticmethod
+    def _chat_logprobs(ids: list[int], lps: list[float]) -> dict:
+        content = []
+        for tid, lp in zip(ids, lps):
+            token = "" if tid == EOS_ID else bytes([tid]).decode("latin-1")
+            content.append({"token": token, "logprob": lp, "bytes": [] if tid == EOS_ID else [tid], "top_logprobs": []})
+        return {"content": content}
+
+    def _whole(self, body, chat, call_id, reply, out_text, prompt_ids, ids, lps) -> dict:
+        want_ids = bool(body.get("return_token_ids"))
+        finish = "tool_calls" if reply.tool_name and chat else "stop"
+        if chat:
+            message: dict[str, Any] = {"role": "assistant", "content": None if reply.tool_name else out_text}
+            if reply.tool_name:
+                message["tool_calls"] = self._tool_calls(reply)
+            choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
+            if body.get("logprobs"):
+                choice["logprobs"] = self._chat_logprobs(ids, lps)
+        else:
+            choice = {"index": 0, "text": out_text, "finish_reason": finish, "logprobs": None}
+            if body.get("logprobs") is not None:
+                tokens = [bytes([t]).decode("latin-1") if t != EOS_ID else "" for t in ids]
+                choice["logprobs"] = {"tokens": tokens, "token_logprobs": lps, "top_logprobs": None, "text_offset": []}
+        if want_ids:
+            choice["token_ids"] = ids
+        out = {
+            "id": call_id,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": body.get("model", "scripted"),
+            "choices": [choice],
+            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids), "total_tokens": len(prompt_ids) + len(ids)},
+            "policy_version": POLICY_VERSION,
+        }
+        if want_ids:
+            out["prompt_token_ids"] = prompt_ids
+        return out
+
+    async def _chunks(self, body, chat, call_id, reply, out_text, prompt_ids, ids, lps):
+        want_ids = bool(body.get("return_token_ids"))
+        base = {"id": call_id, "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": int(time.time()), "model": body.get("model", "scripted"), "policy_version": POLICY_VERSION}
+
+        def event(choice: dict, **extra: Any) -> bytes:
+            return f"data: {json.dumps({**base, **extra, 'choices': [choice]})}\n\n".encode()
+
+        first: dict[str, Any] = {}
+        if want_ids:
+            first["prompt_token_ids"] = prompt_ids
+        if chat:
+            yield event({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}, **first)
+            first = {}
+        # split the output in pieces of up to 4 tokens, the last piece carrying EOS
+        pieces = [(i, min(i + 4, len(ids))) for i in range(0, len(ids), 4)]
+        for start, end in pieces:
+            piece_ids = ids[start:end]
+            text = bytes(t for t in piece_ids if t != EOS_ID).decode("utf-8", "replace")
+            if chat:
+                if reply.tool_name:
+                    delta: dict[str, Any] = {"content": None}
+                    if start == 0:
+                        delta["tool_calls"] = [{"index": 0, **self._tool_calls(reply)[0]}]
+                else:
+                    delta = {"content": text}
+                choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}
+                if body.get("logprobs"):
+                    choice["logprobs"] = self._chat_logprobs(piece_ids, lps[start:end])
+            else:
+                choice = {"index": 0, "text": text, "finish_reason": None, "logprobs": None}
+                if body.get("logprobs") is not None:
+                    choice["logprobs"] = {"tokens": [], "token_logprobs": lps[start:end], "top_logprobs": None, "text_offset": []}
+            if want_ids:
+                choice["token_ids"] = piece_ids
+            if end == len(ids):
+                choice["finish_reason"] = "tool_calls" if reply.tool_name and chat else "stop"
+            yield event(choice, **first)
+            first = {}
+        if (body.get("stream_options") or {}).get("include_usage"):
+            usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids), "total_tokens": len(prompt_ids) + len(ids)}
+            yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n".encode()
+        yield b"data: [DONE]\n\n"
+
+
+@contextmanager
+def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Run an ASGI app with uvicorn in a background thread; yield ``http://host:port``."""
+    sock = socket.socket()
+    sock.bind((host, port))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError(f"server on {host}:{port} did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+@contextmanager
+def running_scripted_server(responder: Responder = default_responder, latency_s: float = 0.0) -> Iterator[ScriptedServer]:
+    server = ScriptedServer(responder, latency_s)
+    with serve_in_thread(server.app) as url:
+        server.base_url = f"{url}/v1"
+        yield server

@@ -1,0 +1,134 @@
+"""Capture settings, read once from the environment.
+
+Every switch of the capture side is an environment variable so that an agent can be
+captured with no code change (``tracerl run`` and ``opentelemetry-instrument`` only set
+variables). :func:`settings` is cached; tests call ``settings.cache_clear()`` after
+changing the environment.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA_DIR_ENV = "TRACERL_DATA_DIR"
+TOKEN_ENCODING_ENV = "TRACERL_TOKEN_ENCODING"  # array | packed
+TOKEN_CAPTURE_ENV = "TRACERL_TOKEN_CAPTURE"  # auto | on | off
+CAPTURE_CONTENT_ENV = "TRACERL_CAPTURE_CONTENT"  # true | false
+MAX_CONTENT_CHARS_ENV = "TRACERL_MAX_CONTENT_CHARS"
+REDACT_ENV = "TRACERL_REDACT"  # "module:function", called on every captured content string
+EPISODE_ID_ENV = "TRACERL_EPISODE_ID"  # process-wide episode (set by `tracerl run --task-id`)
+TASK_ID_ENV = "TRACERL_TASK_ID"
+SPLIT_ENV = "TRACERL_SPLIT"
+AGENT_NAME_ENV = "TRACERL_AGENT_NAME"
+
+DEFAULT_DATA_DIR = "./tracerl-data"
+DEFAULT_MAX_CONTENT_CHARS = 100_000
+
+# Hosted APIs reject vLLM's extra request fields with HTTP 400, so in ``auto`` mode
+# token ids are asked only from other endpoints (vLLM, tracerl's own server, ...).
+HOSTED_API_SUFFIXES = (
+    "api.openai.com",
+    ".openai.azure.com",
+    "api.anthropic.com",
+    "generativelanguage.googleapis.com",
+    "api.groq.com",
+    "api.mistral.ai",
+    "api.together.xyz",
+    "api.deepseek.com",
+    "openrouter.ai",
+    "api.fireworks.ai",
+)
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+class SettingsError(ValueError):
+    """An environment variable of tracerl has a value it cannot use."""
+
+
+def _choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
+    value = os.environ.get(name, default).strip().lower() or default
+    if value not in allowed:
+        raise SettingsError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
+def _flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise SettingsError(f"{name}={value!r} is not a boolean (use true or false)")
+
+
+def _positive_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number <= 0:
+        raise SettingsError(f"{name}={value!r} must be a positive integer")
+    return number
+
+
+def _default_token_encoding() -> str:
+    # In-process Parquet takes plain int arrays for free; the OTLP encoder pays per
+    # element, so spans that leave the process over OTLP carry the packed form.
+    exporters = {e.strip() for e in os.environ.get("OTEL_TRACES_EXPORTER", "").split(",") if e.strip()}
+    return "packed" if any(e.startswith("otlp") for e in exporters) else "array"
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    token_encoding: str
+    token_capture: str
+    capture_content: bool
+    max_content_chars: int
+    redact: str | None
+    episode_id: str | None
+    task_id: str | None
+    split: str | None
+    agent_name: str | None
+
+    @property
+    def spans_dir(self) -> Path:
+        return self.data_dir / "spans"
+
+    def why_not_ask_tokens(self, host: str) -> str | None:
+        """Why requests to ``host`` must not ask for token ids (``None``: ask)."""
+        if self.token_capture == "off":
+            return f"token capture switched off ({TOKEN_CAPTURE_ENV}=off)"
+        if self.token_capture == "on":
+            return None
+        host = host.lower()
+        if any(host == s.lstrip(".") or host.endswith(s) for s in HOSTED_API_SUFFIXES):
+            return f"hosted API {host} cannot return token ids"
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def settings() -> Settings:
+    env = os.environ.get
+    return Settings(
+        data_dir=Path(env(DATA_DIR_ENV) or DEFAULT_DATA_DIR),
+        token_encoding=_choice(TOKEN_ENCODING_ENV, _default_token_encoding(), ("array", "packed")),
+        token_capture=_choice(TOKEN_CAPTURE_ENV, "auto", ("auto", "on", "off")),
+        capture_content=_flag(CAPTURE_CONTENT_ENV, True),
+        max_content_chars=_positive_int(MAX_CONTENT_CHARS_ENV, DEFAULT_MAX_CONTENT_CHARS),
+        redact=env(REDACT_ENV) or None,
+        episode_id=env(EPISODE_ID_ENV) or None,
+        task_id=env(TASK_ID_ENV) or None,
+        split=env(SPLIT_ENV) or None,
+        agent_name=env(AGENT_NAME_ENV) or None,
+    )

@@ -1,0 +1,105 @@
+"""Switching capture on: :func:`instrument` in code, :class:`TracerlInstrumentor` by env.
+
+Both paths end in :func:`install_hooks`: the tracerl span processor on the tracer
+provider, the exact-token hook on the OpenAI SDK, OpenLLMetry's OpenAI instrumentation
+and the framework hooks. Under ``opentelemetry-instrument`` (and ``tracerl run``) the
+OTel distro builds the provider and its exporters from ``OTEL_*`` variables and then
+loads every ``opentelemetry_instrumentor`` entry point, tracerl's among them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import weakref
+from collections.abc import Collection
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+from tracerl.instrumentation import frameworks, openai_hook
+from tracerl.instrumentation.parquet_exporter import ParquetSpanExporter
+from tracerl.instrumentation.processor import TracerlSpanProcessor
+from tracerl.instrumentation.settings import CAPTURE_CONTENT_ENV, settings
+
+logger = logging.getLogger(__name__)
+
+_TRACELOOP_CONTENT_ENV = "TRACELOOP_TRACE_CONTENT"
+
+
+_hooked_providers: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
+
+
+def install_hooks(provider: Any) -> None:
+    """Add tracerl's processor and hooks to ``provider`` (idempotent)."""
+    current = settings()
+    # OpenLLMetry reads its own switch; keep it in line with tracerl's.
+    if os.environ.get(CAPTURE_CONTENT_ENV) and _TRACELOOP_CONTENT_ENV not in os.environ:
+        os.environ[_TRACELOOP_CONTENT_ENV] = "true" if current.capture_content else "false"
+    if isinstance(provider, TracerProvider):
+        if provider not in _hooked_providers:
+            provider.add_span_processor(TracerlSpanProcessor(current))
+            _hooked_providers.add(provider)
+    else:
+        logger.warning(
+            "tracerl: the global tracer provider is %s, not the OTel SDK's; episode attributes "
+            "will not be stamped on spans",
+            type(provider).__name__,
+        )
+    openai_hook.install()
+    frameworks.install()
+
+
+def instrument(
+    *,
+    data_dir: str | os.PathLike | None = None,
+    exporter: SpanExporter | None = None,
+    service_name: str | None = None,
+) -> TracerProvider:
+    """Switch capture on in this process and return the tracer provider.
+
+    With no global SDK provider yet, one is made that writes spans to Parquet under
+    ``data_dir`` (default ``$TRACERL_DATA_DIR`` or ``./tracerl-data``) or to
+    ``exporter``; an existing SDK provider (``opentelemetry-instrument``) is kept and
+    only gets tracerl's processor. OpenAI client calls are captured with exact tokens.
+    """
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        attrs = {"service.name": service_name} if service_name else {}
+        provider = TracerProvider(resource=Resource.create(attrs))
+        provider.add_span_processor(BatchSpanProcessor(exporter or ParquetSpanExporter(data_dir)))
+        trace.set_tracer_provider(provider)
+        provider = trace.get_tracer_provider()
+    elif exporter is not None or data_dir is not None:
+        provider.add_span_processor(BatchSpanProcessor(exporter or ParquetSpanExporter(data_dir)))
+    install_hooks(provider)
+    _instrument_openai()
+    return provider
+
+
+def _instrument_openai() -> None:
+    try:
+        from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+    except ImportError:
+        logger.warning("tracerl: opentelemetry-instrumentation-openai is not installed; LLM spans are minimal")
+        return
+    instrumentor = OpenAIInstrumentor()
+    if not instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.instrument()
+
+
+class TracerlInstrumentor(BaseInstrumentor):
+    """Entry point ``opentelemetry_instrumentor: tracerl`` for ``opentelemetry-instrument``."""
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return ()
+
+    def _instrument(self, **kwargs: Any) -> None:
+        install_hooks(kwargs.get("tracer_provider") or trace.get_tracer_provider())
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        """The hooks stay for the life of the process (they are cheap when idle)."""

@@ -1,0 +1,124 @@
+"""Shared fixtures: a vLLM-like server on loopback, an in-memory view of this
+process's spans, and a runner for agent scripts captured by environment alone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from tracerl.instrumentation import settings as S
+from tracerl.instrumentation.scripted_server import ScriptedServer, running_scripted_server
+from tracerl.instrumentation.setup import install_hooks
+
+
+@pytest.fixture(scope="session")
+def scripted() -> Iterator[ScriptedServer]:
+    with running_scripted_server() as server:
+        yield server
+
+
+@pytest.fixture()
+def server(scripted: ScriptedServer) -> ScriptedServer:
+    scripted.calls.clear()
+    return scripted
+
+
+@pytest.fixture(scope="session")
+def _memory_exporter() -> InMemorySpanExporter:
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        trace.set_tracer_provider(TracerProvider())
+        provider = trace.get_tracer_provider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    S.settings.cache_clear()
+    install_hooks(provider)
+    return exporter
+
+
+@pytest.fixture()
+def spans(_memory_exporter: InMemorySpanExporter) -> InMemorySpanExporter:
+    """This process's finished spans (tracerl hooks installed), emptied per test."""
+    _memory_exporter.clear()
+    return _memory_exporter
+
+
+def read_spans(data_dir: Path) -> list[dict]:
+    """Rows of the spans table under ``data_dir``, in start order."""
+    files = list((Path(data_dir) / "spans").glob("**/*.parquet"))
+    if not files:
+        return []
+    rel = duckdb.sql(
+        f"select * from read_parquet('{Path(data_dir) / 'spans'}/**/*.parquet') order by start_time_unix_nano"
+    )
+    return [dict(zip(rel.columns, row)) for row in rel.fetchall()]
+
+
+class Captured:
+    """Run an agent script as its own process, with capture switched on by env only."""
+
+    def __init__(self, tmp_path: Path, base_url: str) -> None:
+        self.tmp_path = tmp_path
+        self.base_url = base_url
+        self.data_dir = tmp_path / "data"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACERL_", "TRACELOOP_"))}
+        env.update(
+            BASE_URL=self.base_url,
+            OPENAI_BASE_URL=self.base_url,
+            OPENAI_API_KEY="sk-test-SECRETKEY0123456789abcdef",
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(extra)
+        return env
+
+    def script(self, source: str) -> Path:
+        path = self.tmp_path / "agent.py"
+        path.write_text(textwrap.dedent(source))
+        return path
+
+    def tracerl_run(self, source: str, *options: str, **env: str) -> subprocess.CompletedProcess:
+        script = self.script(source)
+        command = [str(Path(sys.executable).parent / "tracerl"), "run", "--data-dir", str(self.data_dir), *options]
+        return self._run([*command, "--", sys.executable, str(script)], env)
+
+    def otel_instrument(self, source: str, **env: str) -> subprocess.CompletedProcess:
+        script = self.script(source)
+        env = {
+            "OTEL_TRACES_EXPORTER": "tracerl",
+            "TRACERL_DATA_DIR": str(self.data_dir),
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
+            **env,
+        }
+        instrument = Path(sys.executable).parent / "opentelemetry-instrument"
+        return self._run([str(instrument), sys.executable, str(script)], env)
+
+    def _run(self, command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+        done = subprocess.run(command, env=self.env(**env), cwd=self.tmp_path, capture_output=True, text=True, timeout=120)
+        self.stdout, self.stderr = done.stdout, done.stderr
+        return done
+
+    def rows(self) -> list[dict]:
+        return read_spans(self.data_dir)
+
+    def llm_calls(self) -> list[dict]:
+        """Rows of the LLM-call spans (those that carry a request model), in start order."""
+        return [r for r in self.rows() if r["request_model"] is not None]
+
+
+@pytest.fixture()
+def captured(tmp_path: Path, server: ScriptedServer) -> Captured:
+    return Captured(tmp_path, server.base_url)

@@ -1,0 +1,118 @@
+"""Exact tokens from the OpenAI client, with the agent seeing what it would see anyway."""
+
+from __future__ import annotations
+
+import asyncio
+
+import openai
+import pytest
+
+from tracerl.instrumentation import token_capture
+from tracerl.instrumentation.scripted_server import POLICY_VERSION
+from tracerl.schemas import attributes as A
+from tracerl.schemas.tokens import decode
+
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
+MESSAGES = [{"role": "user", "content": "What is 2+2?"}]
+
+
+def llm_spans(spans) -> list:
+    return [s for s in spans.get_finished_spans() if s.attributes.get(A.GEN_AI_OPERATION) in ("chat", "text_completion")]
+
+
+def assert_tokens_match(span, call) -> None:
+    assert decode(span.attributes[A.PROMPT_TOKEN_IDS]) == call.prompt_token_ids
+    assert decode(span.attributes[A.COMPLETION_TOKEN_IDS]) == call.token_ids
+    assert decode(span.attributes[A.COMPLETION_LOGPROBS]) == pytest.approx(call.logprobs)
+    assert span.attributes[A.POLICY_VERSION] == POLICY_VERSION
+    assert A.TOKEN_IDS_MISSING not in span.attributes
+
+
+def test_chat_with_tool_call_records_exact_tokens_and_hides_the_extras(spans, server):
+    client = openai.OpenAI(base_url=server.base_url, api_key="sk-x")
+    reply = client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS)
+
+    assert reply.choices[0].message.tool_calls[0].function.name == "lookup"
+    assert reply.choices[0].logprobs is None  # the agent did not ask for log-probs
+    assert "prompt_token_ids" not in reply.model_extra and "token_ids" not in (reply.choices[0].model_extra or {})
+    (call,) = server.calls
+    assert call.request["return_token_ids"] is True and call.request["logprobs"] is True
+    (span,) = llm_spans(spans)
+    assert_tokens_match(span, call)
+
+
+def test_log_probs_the_agent_asked_for_are_kept(spans, server):
+    client = openai.OpenAI(base_url=server.base_url, api_key="sk-x")
+    reply = client.chat.completions.create(model="m", messages=MESSAGES, logprobs=True)
+    assert [c.logprob for c in reply.choices[0].logprobs.content] == pytest.approx(server.calls[0].logprobs)
+
+
+def test_streamed_chat_is_captured_and_the_chunks_are_what_the_agent_expects(spans, server):
+    client = openai.OpenAI(base_url=server.base_url, api_key="sk-x")
+    chunks = list(client.chat.completions.create(model="m", messages=MESSAGES, stream=True))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "done after 1 messages"
+    assert all("prompt_token_ids" not in c.model_extra for c in chunks)
+    assert all(c.choices[0].logprobs is None and "token_ids" not in (c.choices[0].model_extra or {}) for c in chunks if c.choices)
+    (span,) = llm_spans(spans)
+    assert_tokens_match(span, server.calls[0])
+
+
+def test_async_streamed_tool_call_is_captured(spans, server):
+    async def main():
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="sk-x")
+        stream = await client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS, stream=True)
+        return [c async for c in stream]
+
+    chunks = asyncio.run(main())
+    names = [tc.function.name for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert names == ["lookup"]
+    (span,) = llm_spans(spans)
+    assert_tokens_match(span, server.calls[0])
+
+
+def test_async_completions_are_captured(spans, server):
+    async def main():
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="sk-x")
+        return await client.completions.create(model="m", prompt="2+2=")
+
+    reply = asyncio.run(main())
+    assert reply.choices[0].logprobs is None and reply.choices[0].text.startswith("ok:")
+    (span,) = llm_spans(spans)
+    assert_tokens_match(span, server.calls[0])
+
+
+def test_upstream_errors_reach_the_agent_unchanged_and_are_not_counted_as_calls(spans, server):
+    client = openai.OpenAI(base_url=server.base_url, api_key="sk-x", max_retries=0)
+    before = (token_capture.STATS.with_tokens, sum(token_capture.STATS.missing.values()))
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.chat.completions.create(model="missing-model", messages=MESSAGES)
+    assert (token_capture.STATS.with_tokens, sum(token_capture.STATS.missing.values())) == before
+
+
+def test_a_call_without_token_ids_is_marked_and_counted(spans, server, monkeypatch):
+    from tracerl.instrumentation import settings as S
+
+    monkeypatch.setenv("TRACERL_TOKEN_CAPTURE", "off")
+    S.settings.cache_clear()
+    try:
+        missing_before = sum(token_capture.STATS.missing.values())
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-x")
+        client.chat.completions.create(model="m", messages=MESSAGES)
+    finally:
+        monkeypatch.undo()
+        S.settings.cache_clear()
+    assert "return_token_ids" not in server.calls[0].request
+    (span,) = llm_spans(spans)
+    assert A.PROMPT_TOKEN_IDS not in span.attributes
+    assert "TRACERL_TOKEN_CAPTURE=off" in span.attributes[A.TOKEN_IDS_MISSING]
+    assert sum(token_capture.STATS.missing.values()) == missing_before + 1
+    assert "have no exact token ids" in token_capture.STATS.report()
+
+
+def test_hosted_apis_are_never_sent_vllm_fields():
+    from tracerl.instrumentation.settings import settings
+
+    assert "hosted API" in settings().why_not_ask_tokens("api.openai.com")
+    assert "hosted API" in settings().why_not_ask_tokens("myres.openai.azure.com")
+    assert settings().why_not_ask_tokens("127.0.0.1") is None and settings().why_not_ask_tokens("vllm.internal") is None

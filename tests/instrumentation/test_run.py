@@ -1,0 +1,66 @@
+"""Capture switched on by environment alone: `tracerl run` and `opentelemetry-instrument`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+AGENT = """
+import os, openai
+client = openai.OpenAI(base_url=os.environ["BASE_URL"])
+tools = [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}}}}]
+messages = [{"role": "user", "content": "2+2?"}]
+reply = client.chat.completions.create(model="m", messages=messages, tools=tools)
+call = reply.choices[0].message.tool_calls[0]
+messages += [reply.choices[0].message.model_dump(exclude_none=True),
+             {"role": "tool", "tool_call_id": call.id, "content": "4"}]
+final = client.chat.completions.create(model="m", messages=messages, tools=tools)
+print("ANSWER", final.choices[0].message.content, final.choices[0].logprobs, sorted(final.model_extra))
+"""
+
+
+def test_tracerl_run_captures_a_tool_loop_with_exact_tokens(captured, server):
+    done = captured.tracerl_run(AGENT, "--task-id", "task-7", "--split", "train")
+    assert done.returncode == 0, done.stderr
+    assert "ANSWER done after 3 messages None ['policy_version']" in done.stdout  # what it sees uncaptured
+
+    calls = captured.llm_calls()
+    assert len(calls) == len(server.calls) == 2
+    for row, truth in zip(calls, server.calls):
+        assert row["prompt_token_ids"] == truth.prompt_token_ids
+        assert row["completion_token_ids"] == truth.token_ids
+        assert row["completion_logprobs"] == pytest.approx(truth.logprobs)
+        assert (row["task_id"], row["split"], row["policy_version"]) == ("task-7", "train", 7)
+    assert len({r["episode_id"] for r in calls}) == 1 and calls[0]["episode_id"]
+
+
+def test_opentelemetry_instrument_with_the_tracerl_exporter_does_the_same(captured, server):
+    done = captured.otel_instrument(AGENT)
+    assert done.returncode == 0, done.stderr
+    calls = captured.llm_calls()
+    assert [r["completion_token_ids"] for r in calls] == [c.token_ids for c in server.calls]
+    assert all(r["episode_id"] is None for r in calls)  # no episode: the pipeline uses the trace
+
+
+def test_the_exit_status_of_the_command_is_passed_through(captured):
+    done = captured.tracerl_run("import sys; sys.exit(3)")
+    assert done.returncode == 3
+
+
+def test_calls_without_token_ids_are_reported_at_exit(captured):
+    done = captured.tracerl_run(AGENT, TRACERL_TOKEN_CAPTURE="off")
+    assert done.returncode == 0, done.stderr
+    assert "2 of 2 LLM calls have no exact token ids" in done.stderr
+    assert all(r["prompt_token_ids"] is None for r in captured.llm_calls())
+
+
+def test_a_missing_command_is_a_clear_error(tmp_path: Path):
+    tracerl = str(Path(sys.executable).parent / "tracerl")
+    done = subprocess.run([tracerl, "run", "--data-dir", str(tmp_path), "--", "no-such-program-xyz"], capture_output=True, text=True)
+    assert done.returncode == 127 and "command not found: 'no-such-program-xyz'" in done.stderr
+    done = subprocess.run([tracerl, "run"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "300"})
+    assert done.returncode == 2 and "give the command to run after `--`" in done.stderr
