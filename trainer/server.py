@@ -58,6 +58,7 @@ def create_app(
     served_model_name: str | None = None,
     max_batch_size: int = 64,
     policy_version: int = 0,
+    num_threads: int | None = 1,
 ) -> Starlette:
     """The ASGI app serving ``model_path`` (default: the tiny local model).
 
@@ -67,7 +68,9 @@ def create_app(
         from tracerl.trainer.tiny_model import ensure_tiny_model
 
         model_path = ensure_tiny_model()
-    engine = GenerationEngine(model_path, max_batch_size=max_batch_size, policy_version=policy_version)
+    engine = GenerationEngine(
+        model_path, max_batch_size=max_batch_size, policy_version=policy_version, num_threads=num_threads
+    )
     api = _Api(engine, served_model_name or Path(model_path).name)
 
     @asynccontextmanager
