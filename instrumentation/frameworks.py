@@ -1,7 +1,64 @@
-"""Hooks into agent frameworks, installed lazily when the framework is imported."""
+"""Hooks into agent frameworks, installed when (and only if) the framework is imported.
+
+Each hook either tells the tracerl span processor which (sub-)agent is running (an
+agent-name resolver) or turns the framework's own tracing into OTel spans. AutoGen
+needs none: autogen-core opens OTel ``invoke_agent`` spans carrying
+``gen_ai.agent.name`` itself, and the processor passes that name down to the LLM calls. Importing a
+framework costs seconds, so nothing is imported here: ``wrapt`` post-import hooks fire
+when the agent's code imports the framework itself.
+"""
 
 from __future__ import annotations
+
+import logging
+
+from wrapt import register_post_import_hook
+
+from tracerl.instrumentation.processor import add_agent_name_resolver
+
+logger = logging.getLogger(__name__)
+_installed = False
 
 
 def install() -> None:
     """Register the post-import hooks of every supported framework (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    register_post_import_hook(_hook_langchain, "langchain_core.runnables.config")
+    register_post_import_hook(_hook_openai_agents, "agents")
+
+
+# ---- LangChain / LangGraph ------------------------------------------------------------
+
+
+def _hook_langchain(module) -> None:
+    var = module.var_child_runnable_config
+
+    def langgraph_node() -> str | None:
+        """The LangGraph node running now; nested graphs give ``outer/inner``."""
+        config = var.get()
+        if not config:
+            return None
+        metadata = config.get("metadata") or {}
+        node = metadata.get("langgraph_node")
+        if node is None:
+            return None
+        namespace = metadata.get("langgraph_checkpoint_ns") or ""
+        path = [part.split(":", 1)[0] for part in namespace.split("|") if part]
+        return "/".join(path) if len(path) > 1 else str(node)
+
+    add_agent_name_resolver(langgraph_node)
+
+
+# ---- OpenAI Agents SDK ------------------------------------------------------------------
+
+
+def _hook_openai_agents(module) -> None:
+    if not hasattr(module, "set_trace_processors"):
+        return  # a user module that happens to be called `agents`
+    from tracerl.instrumentation.agents_sdk import OTelTraceProcessor
+
+    # replaces the default processor, which uploads traces to OpenAI
+    module.set_trace_processors([OTelTraceProcessor()])

@@ -28,7 +28,7 @@ from tracerl.schemas import attributes as A
 logger = logging.getLogger(__name__)
 
 PLAN_EXTENSION = "tracerl.plan"
-_LLM_SPAN_KEYS = (A.GEN_AI_OPERATION, A.GEN_AI_SYSTEM, "gen_ai.provider.name", "llm.request.type")
+_LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 _installed = False
 
 
@@ -75,8 +75,11 @@ def _build_request(wrapped, instance, args, kwargs):
 
 
 def _is_llm_span(span: Span) -> bool:
+    """An LLM-call span of OpenLLMetry (or a peer), not an agent or tool span."""
     attributes = getattr(span, "attributes", None)
-    return bool(span.is_recording() and attributes and any(k in attributes for k in _LLM_SPAN_KEYS))
+    if not span.is_recording() or not attributes:
+        return False
+    return attributes.get(A.GEN_AI_OPERATION) in _LLM_OPERATIONS or "llm.request.type" in attributes
 
 
 def _call_span(plan: tc.Plan, model: str | None) -> tuple[Span, bool]:

@@ -35,6 +35,8 @@ CONTENT_PREFIXES = (
 _SECRET_KEY = re.compile(r"(authorization|api[-_.]?key|x-api-key|cookie|secret|password|bearer)", re.I)
 # Credential-looking values inside content (OpenAI/Anthropic keys, bearer tokens).
 _SECRET_VALUE = re.compile(r"(sk-[A-Za-z0-9_\-]{16,}|Bearer\s+[A-Za-z0-9._\-~+/]{16,}=*)")
+# The OpenAI SDK's "argument not given" markers, which instrumentations copy verbatim.
+_SENTINELS = frozenset({"Omit", "NotGiven"})
 REDACTED = "[REDACTED]"
 TRUNCATED_MARK = "…[truncated by tracerl]"
 
@@ -77,7 +79,7 @@ class ContentPolicy:
 
     def clean(self, key: str, value: object) -> object | None:
         """The value to record for ``key``, or ``None`` to record nothing."""
-        if is_secret_key(key):
+        if is_secret_key(key) or type(value).__name__ in _SENTINELS:
             return None
         if not is_content_key(key):
             return value

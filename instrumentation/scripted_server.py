@@ -45,15 +45,24 @@ Responder = Callable[[dict], Reply]
 
 
 def default_responder(body: dict) -> Reply:
-    """Call the first offered tool once, then answer; echo prompts of completions."""
+    """Call each offered tool once (in order), then answer; completions echo a length.
+
+    Enough to drive tool loops, handoffs and multi-agent chats of real frameworks.
+    """
     messages = body.get("messages")
     if messages is None:
         return Reply(text=f"ok:{len(str(body.get('prompt', '')))}")
-    tools = body.get("tools") or []
-    if tools and not any(m.get("role") == "tool" for m in messages):
-        fn = tools[0].get("function", tools[0])
-        params = fn.get("parameters", {}).get("properties", {})
-        return Reply(tool_name=fn["name"], tool_arguments={k: "x" for k in params})
+    called = {
+        call.get("function", {}).get("name")
+        for message in messages
+        if message.get("role") == "assistant"
+        for call in message.get("tool_calls") or ()
+    }
+    for tool in body.get("tools") or ():
+        fn = tool.get("function", tool)
+        if fn["name"] not in called:
+            params = fn.get("parameters", {}).get("properties", {})
+            return Reply(tool_name=fn["name"], tool_arguments={k: "x" for k in params})
     return Reply(text=f"done after {len(messages)} messages")
 
 

@@ -1,0 +1,120 @@
+"""The OpenAI Agents SDK's own tracing, turned into OTel spans (nothing goes to OpenAI).
+
+The SDK reports traces and spans to its trace processors; this one opens an OTel span
+for each and makes it current, so the OpenAI client calls an agent makes (captured,
+with exact tokens, as OpenLLMetry spans) nest under ``invoke_agent <name>`` and inherit
+its ``gen_ai.agent.name``. The SDK's generation/response spans describe those same
+calls, so they get no span of their own: one LLM call, one span.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+from agents.tracing import Span as AgentsSpan
+from agents.tracing import Trace, TracingProcessor
+from opentelemetry import context, trace
+from opentelemetry.trace import Status, StatusCode
+
+from tracerl.schemas import attributes as A
+
+logger = logging.getLogger(__name__)
+
+_SKIPPED = frozenset({"generation", "response"})  # the LLM call has its own OpenLLMetry span
+
+
+def _describe(data: Any) -> tuple[str, dict[str, Any]]:
+    """Span name and attributes (GenAI conventions) for one Agents SDK span."""
+    kind = getattr(data, "type", "custom")
+    name = getattr(data, "name", None)
+    if kind == "agent":
+        attrs: dict[str, Any] = {A.GEN_AI_OPERATION: "invoke_agent", A.GEN_AI_AGENT_NAME: name}
+        if getattr(data, "tools", None):
+            attrs["openai_agents.tools"] = list(data.tools)
+        if getattr(data, "handoffs", None):
+            attrs["openai_agents.handoffs"] = list(data.handoffs)
+        return f"invoke_agent {name}", attrs
+    if kind == "function":
+        return f"execute_tool {name}", {A.GEN_AI_OPERATION: "execute_tool", "gen_ai.tool.name": name}
+    if kind == "handoff":
+        attrs = {"openai_agents.handoff.from": data.from_agent or "", "openai_agents.handoff.to": data.to_agent or ""}
+        return f"handoff {data.from_agent} -> {data.to_agent}", attrs
+    if kind == "guardrail":
+        return f"guardrail {name}", {"openai_agents.guardrail.triggered": bool(data.triggered)}
+    return f"{kind} {name}" if name else str(kind), {}
+
+
+def _finish_attributes(data: Any) -> dict[str, Any]:
+    kind = getattr(data, "type", None)
+    if kind == "function":
+        return {
+            "gen_ai.tool.call.arguments": str(data.input or ""),
+            "gen_ai.tool.call.result": str(data.output if data.output is not None else ""),
+        }
+    if kind == "agent" and getattr(data, "output_type", None):
+        return {"openai_agents.output_type": str(data.output_type)}
+    if kind == "custom" and getattr(data, "data", None):
+        return {"openai_agents.data": json.dumps(data.data, default=str)}
+    return {}
+
+
+class OTelTraceProcessor(TracingProcessor):
+    """An Agents SDK trace processor that opens OTel spans instead of uploading."""
+
+    def __init__(self) -> None:
+        self._tracer = trace.get_tracer("tracerl.agents_sdk")
+        self._open: dict[str, tuple[trace.Span, object]] = {}
+        self._lock = threading.Lock()
+
+    def _start(self, key: str, name: str, attributes: dict[str, Any]) -> None:
+        span = self._tracer.start_span(name, attributes={k: v for k, v in attributes.items() if v is not None})
+        token = context.attach(trace.set_span_in_context(span))
+        with self._lock:
+            self._open[key] = (span, token)
+
+    def _end(self, key: str, attributes: dict[str, Any], error: Any = None, name: str | None = None) -> None:
+        with self._lock:
+            entry = self._open.pop(key, None)
+        if entry is None:
+            return
+        span, token = entry
+        if name is not None:
+            span.update_name(name)  # a handoff learns its target only when it ends
+        span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+        if error:
+            message = error.get("message") if isinstance(error, dict) else str(error)
+            span.set_status(Status(StatusCode.ERROR, message))
+        try:
+            context.detach(token)
+        finally:
+            span.end()
+
+    def on_trace_start(self, trace: Trace) -> None:
+        self._start(trace.trace_id, f"workflow {trace.name}", {"openai_agents.trace_id": trace.trace_id})
+
+    def on_trace_end(self, trace: Trace) -> None:
+        self._end(trace.trace_id, {})
+
+    def on_span_start(self, span: AgentsSpan[Any]) -> None:
+        if span.span_data.type in _SKIPPED:
+            return
+        name, attributes = _describe(span.span_data)
+        self._start(span.span_id, name, attributes)
+
+    def on_span_end(self, span: AgentsSpan[Any]) -> None:
+        if span.span_data.type in _SKIPPED:
+            return
+        name, attributes = _describe(span.span_data)
+        self._end(span.span_id, {**attributes, **_finish_attributes(span.span_data)}, span.error, name)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            keys = list(self._open)
+        for key in keys:
+            self._end(key, {})
+
+    def force_flush(self) -> None:
+        pass
