@@ -40,10 +40,10 @@ class HttpError(Exception):
         self.retry_after_s = retry_after_s
 
 
-def create_app(collector: Collector, *, body_timeout_s: float = 30.0) -> Starlette:
+def create_app(collector: Collector) -> Starlette:
     def endpoint(signal: Signal):
         async def handle(request: Request) -> Response:
-            return await _handle(collector, signal, request, body_timeout_s)
+            return await _handle(collector, signal, request, collector.config.body_timeout_s)
 
         return handle
 

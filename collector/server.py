@@ -7,6 +7,7 @@ shutdown the ports close before the last rows are committed to Parquet.
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 import ssl
 import threading
@@ -90,6 +91,8 @@ class CollectorServer:
     def serve(self, on_ready: Callable[[], None] = lambda: None) -> None:
         """Serve in this thread until SIGINT/SIGTERM, then commit everything and return."""
         sock = self._open()
+        for sig in (signal.SIGINT, signal.SIGTERM):  # until uvicorn installs its own handlers
+            signal.signal(sig, lambda *_: setattr(self._uvicorn, "should_exit", True))
         on_ready()
         try:
             self._uvicorn.run(sockets=[sock])

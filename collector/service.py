@@ -74,6 +74,7 @@ class CollectorConfig:
     max_backlog_bytes: int = 512 * MiB  # not yet in Parquet -> 503 above this
     max_inflight_bytes: int = 256 * MiB  # request bodies being handled -> 429 above this
     max_body_bytes: int = 64 * MiB  # one request, after decompression -> 413 above this
+    body_timeout_s: float = 30.0  # a client slower than this gets 408 and frees its memory
     auth_token: str | None = None
 
     def resolved_wal_dir(self) -> Path:

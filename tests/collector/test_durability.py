@@ -1,0 +1,140 @@
+"""Durability: acknowledged means on disk; replay after a crash is exact; readers never see partial files."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pyarrow.parquet as pq
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from tracerl.collector import wal
+from tracerl.collector.loadgen import encode_batches, make_spans
+from tracerl.collector.service import CollectorConfig, TRACES
+from tracerl.collector.server import CollectorServer, Endpoints
+from tracerl.storage import write_parquet_atomic
+
+
+def test_torn_tail_is_cut_off_and_complete_records_survive(tmp_path):
+    writer = wal.SegmentWriter(tmp_path, 7)
+    writer.append([b"first", b"second"])
+    writer.sync()
+    with open(wal.segment_path(tmp_path, 7), "ab") as handle:  # a crash in the middle of a write
+        handle.write(b"\x40\x00\x00\x00\x01\x02")
+    segment = wal.read_segment(tmp_path, 7)
+    assert segment.records == [b"first", b"second"] and segment.partition is None
+    writer = wal.SegmentWriter(tmp_path, 7)  # appending after the cut is safe
+    writer.append([b"third"])
+    writer.close("date=2026-01-01/hour=00")
+    segment = wal.read_segment(tmp_path, 7)
+    assert segment.records == [b"first", b"second", b"third"]
+    assert segment.partition == "date=2026-01-01/hour=00"
+
+
+def _sealed_segment(wal_dir: Path, seq: int, payloads: list[bytes], partition: str) -> None:
+    writer = wal.SegmentWriter(wal_dir, seq)
+    writer.append(payloads)
+    writer.close(partition)
+
+
+@pytest.mark.parametrize("parquet_was_written", [True, False])
+def test_replay_of_a_sealed_segment_is_exact(tmp_path, read, parquet_was_written):
+    """A crash between sealing a segment and deleting it: replay writes its rows once."""
+    out, partition = tmp_path / "data", "date=2026-01-01/hour=00"
+    config = CollectorConfig(out=str(out), instance_id="c1")
+    payloads = encode_batches(make_spans(20, seed=5), batch_size=10)
+    wal_dir = config.resolved_wal_dir() / "spans"
+    wal_dir.mkdir(parents=True)
+    _sealed_segment(wal_dir, 3, payloads, partition)
+    if parquet_was_written:
+        rows = [r for p in payloads for r in TRACES.table.convert(p).rows]
+        write_parquet_atomic(TRACES.table.to_table(rows), out / "spans", prefix="c1-000000000003", partition=partition)
+
+    server = CollectorServer(config, Endpoints(http_port=0, grpc_port=None)).start()
+    server.stop()
+    table = read(out)
+    assert table.num_rows == 20 and len(set(table["span_id"].to_pylist())) == 20
+    assert all(f.parent.name == "hour=00" for f in (out / "spans").glob("**/*.parquet"))
+    assert not list(wal_dir.glob("*.wal"))
+
+
+def test_a_second_collector_cannot_share_a_wal(tmp_path):
+    config = CollectorConfig(out=str(tmp_path / "data"))
+    with CollectorServer(config, Endpoints(http_port=0, grpc_port=None)):
+        with pytest.raises(RuntimeError, match="in use by another collector"):
+            CollectorServer(config, Endpoints(http_port=0, grpc_port=None))
+
+
+# --- kill -9 -------------------------------------------------------------------------
+
+def _start(out: Path) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracerl", "collector", "serve", "--out", str(out), "--http-port", "0",
+         "--grpc-port", "-1", "--flush-interval", "0.3", "--log-level", "warning"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    line = proc.stdout.readline()
+    match = re.search(r"OTLP/HTTP (\S+)", line)
+    assert match, f"collector did not start: {line!r}"
+    return proc, match.group(1)
+
+
+def _send_until_killed(url: str, bodies: list[bytes], acked: set[str], stop: threading.Event) -> None:
+    with httpx.Client(timeout=10) as client:
+        for body in bodies:
+            if stop.is_set():
+                return
+            try:
+                reply = client.post(url, content=body, headers={"content-type": "application/x-protobuf"})
+            except httpx.HTTPError:
+                return  # the server is gone; this request was never acknowledged
+            if reply.status_code == 200:
+                request = ExportTraceServiceRequest.FromString(body)
+                acked.update(s.span_id.hex() for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans)
+
+
+@pytest.mark.slow
+def test_kill_9_loses_no_acknowledged_span(tmp_path, read):
+    out = tmp_path / "data"
+    rng = random.Random(7)
+    acked: set[str] = set()
+    only_in_wal = 0  # records acknowledged but not yet in Parquet when the process died
+    wal_dir = out / ".collector-wal" / "spans"
+    for round_ in range(3):
+        proc, url = _start(out)
+        bodies = encode_batches(make_spans(3000, seed=100 + round_), batch_size=50)
+        stop = threading.Event()
+        clients = [
+            threading.Thread(target=_send_until_killed, args=(f"{url}/v1/traces", bodies[i::3], acked, stop))
+            for i in range(3)
+        ]
+        for client in clients:
+            client.start()
+        time.sleep(rng.uniform(1.5, 3.0))  # some files committed, some rows only in the WAL
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        stop.set()
+        for client in clients:
+            client.join()
+        # whatever a reader sees right after the crash is complete Parquet
+        for path in (out / "spans").glob("**/*.parquet"):
+            if not path.name.startswith("."):
+                pq.read_metadata(path)
+        only_in_wal += sum(len(wal.read_segment(wal_dir, seq).records) for seq in wal.list_segments(wal_dir))
+
+    proc, _ = _start(out)  # replays the WAL of the last crash before serving
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    stored = read(out)["span_id"].to_pylist()
+    assert len(acked) > 500 and only_in_wal > 0
+    assert acked <= set(stored), f"{len(acked - set(stored))} acknowledged spans lost"
+    assert len(stored) == len(set(stored)), "replay duplicated spans"

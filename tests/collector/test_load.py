@@ -1,0 +1,87 @@
+"""Under load: backpressure with Retry-After instead of growth, slow clients isolated, and
+the retry behaviour of the official OpenTelemetry Collector's otlphttp exporter."""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import threading
+import time
+
+import httpx
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from tracerl.collector.loadgen import encode_batches, make_spans
+
+PROTOBUF = {"content-type": "application/x-protobuf"}
+
+
+def test_too_much_in_flight_gets_429_with_retry_after(serve):
+    server = serve(max_inflight_bytes=1)
+    server.collector.admission.acquire(1)  # as if a large request were being handled
+    try:
+        reply = httpx.post(f"{server.http_url()}/v1/traces", content=encode_batches(make_spans(2))[0], headers=PROTOBUF)
+    finally:
+        server.collector.admission.release(1)
+    assert reply.status_code == 429
+    assert int(reply.headers["retry-after"]) >= 1
+
+
+def _otelcol_otlphttp_export(url: str, body: bytes, attempts: list[int]) -> int:
+    """What the OpenTelemetry Collector's ``otlphttp`` exporter does with ``compression: gzip``:
+    protobuf body, gzip, its User-Agent; on 429/502/503/504 it waits Retry-After and retries."""
+    headers = {
+        "Content-Type": "application/x-protobuf",
+        "Content-Encoding": "gzip",
+        "User-Agent": "OpenTelemetry Collector Contrib/0.116.0 (linux/amd64)",
+    }
+    deadline = time.monotonic() + 60
+    while True:
+        reply = httpx.post(url, content=gzip.compress(body), headers=headers, timeout=10)
+        attempts.append(reply.status_code)
+        if reply.status_code not in (429, 502, 503, 504) or time.monotonic() > deadline:
+            return reply.status_code
+        time.sleep(float(reply.headers.get("retry-after", "1")))
+
+
+def test_storage_outage_gives_503_then_otelcol_retries_succeed(serve, read, tmp_path):
+    out = tmp_path / "data"
+    out.write_text("not a folder: every Parquet commit fails until this is fixed")
+    server = serve(out=str(out), wal_dir=tmp_path / "wal", max_backlog_bytes=1, flush_interval_s=0.1)
+    url = f"{server.http_url()}/v1/traces"
+    first, second = encode_batches(make_spans(40, seed=9), batch_size=20)
+
+    assert httpx.post(url, content=first, headers=PROTOBUF).status_code == 200  # durable in the WAL
+    reply = httpx.post(url, content=second, headers=PROTOBUF)
+    assert reply.status_code == 503 and int(reply.headers["retry-after"]) >= 1
+    assert server.collector.tables["spans"].backlog_bytes > 0  # bounded: the refused batch is not held
+
+    attempts: list[int] = []
+    exporter = threading.Thread(target=_otelcol_otlphttp_export, args=(url, second, attempts))
+    exporter.start()
+    time.sleep(1.5)
+    out.unlink()  # storage comes back; the flusher's retry commits the first batch
+    exporter.join()
+    assert attempts[0] == 503 and attempts[-1] == 200
+
+    server.stop()
+    table = read(out)
+    assert table.num_rows == 40 and len(set(table["span_id"].to_pylist())) == 40
+
+
+def test_a_slow_client_does_not_stall_the_others(serve):
+    server = serve(body_timeout_s=2.0)
+    slow = socket.create_connection(("127.0.0.1", server.http_port))
+    slow.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                 b"Content-Length: 100000\r\n\r\n" + b"\x0a" * 10)
+    try:
+        exporter = OTLPSpanExporter(endpoint=f"{server.http_url()}/v1/traces")
+        started = time.monotonic()
+        for seed in range(5):
+            assert exporter.export(make_spans(20, seed=seed)) is SpanExportResult.SUCCESS
+        assert time.monotonic() - started < 2.0  # served while the slow body was still pending
+        slow.settimeout(10)
+        assert slow.recv(100).startswith(b"HTTP/1.1 408")  # then the slow one is cut off
+    finally:
+        slow.close()
