@@ -42,6 +42,28 @@ def run(
     raise typer.Exit(code)
 
 
+def gateway(
+    upstream: str = typer.Option(..., "--upstream", "-u", help="OpenAI-compatible server to forward to, e.g. http://127.0.0.1:8000 (vLLM, `tracerl serve`)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on."),
+    port: int = typer.Option(8080, "--port", "-p", help="Port to listen on."),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", "-d", help="Where spans land (default $TRACERL_DATA_DIR or ./tracerl-data)."),
+) -> None:
+    """Record every LLM call of agents that cannot be instrumented: point them at this proxy."""
+    import httpx
+    import uvicorn
+
+    from tracerl.instrumentation.gateway import create_gateway_app
+    from tracerl.instrumentation.setup import instrument
+
+    url = httpx.URL(upstream)
+    if url.scheme not in ("http", "https") or not url.host:
+        raise typer.BadParameter(f"{upstream!r} is not an http(s) URL", param_hint="--upstream")
+    instrument(data_dir=data_dir, service_name="tracerl-gateway")
+    typer.echo(f"tracerl gateway: http://{host}:{port}/v1 -> {upstream} (Ctrl-C to stop)", err=True)
+    uvicorn.run(create_gateway_app(upstream), host=host, port=port, log_level="warning")
+
+
 def register(app: typer.Typer) -> None:
     """Add this part's commands to the root `tracerl` app."""
     app.command("run", context_settings=CONTEXT)(run)
+    app.command("gateway")(gateway)

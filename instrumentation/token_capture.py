@@ -19,7 +19,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -81,7 +81,6 @@ class Tokens:
     completion_ids: list[int] | None = None
     logprobs: list[float] | None = None
     policy_version: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _choice_logprobs(kind: str, logprobs: Any) -> list[float] | None:
@@ -138,9 +137,14 @@ class StreamTokens:
         self._logprobs: list[float] = []
         self._saw_ids = False
         self._saw_logprobs = False
+        self.text: list[str] = []  # streamed text of choice 0 (for the gateway's span)
+        self.response_id: str | None = None
+        self.response_model: str | None = None
 
     def chunk(self, body: dict) -> None:
         plan = self.plan
+        if self.response_id is None:
+            self.response_id, self.response_model = body.get("id"), body.get("model")
         if self.tokens.policy_version is None:
             self.tokens.policy_version = _policy_version(body, self._headers)
         prompt = body.get(A.VLLM_PROMPT_TOKEN_IDS_FIELD)
@@ -158,6 +162,9 @@ class StreamTokens:
                 if logprobs is not None:
                     self._saw_logprobs = True
                     self._logprobs.extend(logprobs)
+                piece = (choice.get("delta") or {}).get("content") if plan.kind == "chat" else choice.get("text")
+                if piece:
+                    self.text.append(piece)
             _strip_choice(plan, choice)
 
     def result(self) -> Tokens:

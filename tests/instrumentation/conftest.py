@@ -65,6 +65,12 @@ def read_spans(data_dir: Path) -> list[dict]:
     return [dict(zip(rel.columns, row)) for row in rel.fetchall()]
 
 
+@pytest.fixture()
+def parquet_spans():
+    """``read(data_dir)``: rows of the spans table written under ``data_dir``."""
+    return read_spans
+
+
 class Captured:
     """Run an agent script as its own process, with capture switched on by env only."""
 

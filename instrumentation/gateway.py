@@ -1,0 +1,190 @@
+"""``tracerl gateway``: an OpenAI-compatible reverse proxy that records every call.
+
+For agents that cannot be instrumented (other languages, closed binaries): point
+their base URL at the gateway and it forwards each request to the upstream server
+(vLLM, ``tracerl serve``, ...), asking for token ids and log-probs exactly as the
+in-process hook does, and records one span per call with the exact tokens. The agent
+gets the upstream's answer minus what was added: same status, same body, same
+streaming; upstream errors pass through unchanged. W3C ``traceparent``/``baggage``
+headers sent by the agent put the call in its trace and episode. Credentials are
+forwarded upstream and never recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from tracerl.instrumentation import token_capture as tc
+from tracerl.instrumentation.settings import settings
+from tracerl.schemas import attributes as A
+
+logger = logging.getLogger(__name__)
+
+# Hop-by-hop and body-framing headers: recomputed on each side, never copied.
+_DROP_HEADERS = frozenset(
+    {"host", "content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive", "accept-encoding"}
+)
+
+
+def _forward_headers(headers: Any) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in _DROP_HEADERS}
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "tracerl_gateway_error", "code": status}}, status)
+
+
+class Gateway:
+    """The proxy: one shared upstream connection pool, one span per LLM call."""
+
+    def __init__(self, upstream: str, timeout_s: float = 600.0) -> None:
+        # agents call the gateway with OpenAI paths (/v1/chat/completions), forwarded as is
+        self.upstream = upstream.rstrip("/").removesuffix("/v1")
+        self.client = httpx.AsyncClient(base_url=self.upstream, timeout=timeout_s)
+        self.tracer = trace.get_tracer("tracerl.gateway")
+        self.app = Starlette(
+            routes=[Route("/{path:path}", self.handle, methods=["GET", "POST", "PUT", "DELETE", "PATCH"])],
+            lifespan=self._lifespan,
+        )
+
+    @asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        yield
+        await self.client.aclose()
+
+    async def handle(self, request: Request) -> Response:
+        path = "/" + request.path_params["path"]
+        body = await request.body()
+        kind = tc.endpoint_kind(path) if request.method == "POST" else None
+        parsed = None
+        if kind is not None:
+            try:
+                parsed = orjson.loads(body) if body else None
+            except orjson.JSONDecodeError:
+                parsed = None  # not ours to judge: the upstream answers it
+        if not isinstance(parsed, dict):
+            return await self._pass_through(request, path, body)
+        return await self._llm_call(request, path, kind, parsed)
+
+    async def _send(self, request: Request, path: str, content: bytes) -> httpx.Response | JSONResponse:
+        upstream_request = self.client.build_request(
+            request.method, path, params=request.query_params, headers=_forward_headers(request.headers), content=content
+        )
+        try:
+            return await self.client.send(upstream_request, stream=True)
+        except httpx.HTTPError as exc:
+            return _error(502, f"tracerl gateway: upstream {self.upstream} unreachable: {exc!r}")
+
+    async def _pass_through(self, request: Request, path: str, body: bytes) -> Response:
+        upstream = await self._send(request, path, body)
+        if isinstance(upstream, JSONResponse):
+            return upstream
+        return StreamingResponse(
+            upstream.aiter_bytes(),
+            status_code=upstream.status_code,
+            headers=_forward_headers(upstream.headers),
+            background=BackgroundTask(upstream.aclose),
+        )
+
+    async def _llm_call(self, request: Request, path: str, kind: str, body: dict) -> Response:
+        refusal = settings().why_not_ask_tokens(httpx.URL(self.upstream).host)
+        plan, new_body = tc.plan_request(kind, body, refusal is None, refusal)
+        model = body.get("model")
+        operation = "chat" if kind == "chat" else "text_completion"
+        attributes = {A.GEN_AI_OPERATION: operation, A.GEN_AI_SYSTEM: "openai", "gen_ai.is_streaming": plan.stream}
+        if model is not None:
+            attributes[A.GEN_AI_REQUEST_MODEL] = str(model)
+        prompt = body.get("messages") if kind == "chat" else body.get("prompt")
+        span = self.tracer.start_span(
+            f"{operation} {model}" if model else operation,
+            context=propagate.extract(request.headers),
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+        )
+        span.set_attribute(A.GEN_AI_INPUT_MESSAGES, orjson.dumps(prompt).decode())
+        content = orjson.dumps(new_body) if new_body is not None else await request.body()
+        upstream = await self._send(request, path, content)
+        if isinstance(upstream, JSONResponse):
+            span.set_status(Status(StatusCode.ERROR, "upstream unreachable"))
+            span.end()
+            return upstream
+        headers = _forward_headers(upstream.headers)
+        if upstream.status_code >= 400:
+            data = await upstream.aread()
+            await upstream.aclose()
+            span.set_attribute("http.response.status_code", upstream.status_code)
+            span.set_status(Status(StatusCode.ERROR, data[:200].decode("utf-8", "replace")))
+            span.end()
+            return Response(data, status_code=upstream.status_code, headers=headers)
+        if plan.stream and upstream.headers.get("content-type", "").startswith("text/event-stream"):
+            return StreamingResponse(
+                self._stream(upstream, plan, span), status_code=upstream.status_code, headers=headers
+            )
+        data = await upstream.aread()
+        await upstream.aclose()
+        return self._whole(data, upstream, plan, span, headers)
+
+    def _whole(self, data: bytes, upstream: httpx.Response, plan: tc.Plan, span: Any, headers: dict) -> Response:
+        try:
+            answer = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            answer = None
+        if not isinstance(answer, dict):
+            tc.record(span, plan, None, settings().token_encoding)
+            span.end()
+            return Response(data, status_code=upstream.status_code, headers=headers)
+        tokens = tc.take_tokens(plan, answer, upstream.headers)
+        self._describe(span, answer)
+        outputs = [c.get("message", c.get("text")) for c in answer.get("choices") or ()]
+        span.set_attribute(A.GEN_AI_OUTPUT_MESSAGES, orjson.dumps(outputs).decode())
+        tc.record(span, plan, tokens, settings().token_encoding)
+        span.end()
+        return Response(orjson.dumps(answer) if plan.ask else data, status_code=upstream.status_code, headers=headers)
+
+    async def _stream(self, upstream: httpx.Response, plan: tc.Plan, span: Any) -> AsyncIterator[bytes]:
+        stream_tokens = tc.StreamTokens(plan, upstream.headers)
+
+        def done() -> None:
+            if span.is_recording():
+                self._describe(span, {"id": stream_tokens.response_id, "model": stream_tokens.response_model})
+                span.set_attribute(A.GEN_AI_OUTPUT_MESSAGES, orjson.dumps(["".join(stream_tokens.text)]).decode())
+                tc.record(span, plan, stream_tokens.result(), settings().token_encoding)
+                span.end()
+
+        rewriter = tc.SSERewriter(stream_tokens, done)
+        try:
+            async for piece in upstream.aiter_bytes():
+                out = rewriter.feed(piece)
+                if out:
+                    yield out
+            tail = rewriter.flush()
+            if tail:
+                yield tail
+        finally:
+            await upstream.aclose()
+            done()
+
+    @staticmethod
+    def _describe(span: Any, answer: dict) -> None:
+        if answer.get("id"):
+            span.set_attribute(A.GEN_AI_RESPONSE_ID, str(answer["id"]))
+        if answer.get("model"):
+            span.set_attribute(A.GEN_AI_RESPONSE_MODEL, str(answer["model"]))
+
+
+def create_gateway_app(upstream: str) -> Starlette:
+    """The ASGI app of a gateway in front of ``upstream`` (e.g. ``http://vllm:8000``)."""
+    return Gateway(upstream).app
