@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -33,7 +34,7 @@ from tracerl.trainer import demo_task
 from tracerl.trainer.tiny_model import build_tiny_model, default_cache_dir
 from tracerl.trainer.torch_backend import PolicyTrainer, TrainConfig, read_dataset, supervised_samples
 
-DEMO_POLICY_VERSION = 1  # bump when the warm-start recipe changes
+DEMO_POLICY_VERSION = 2  # bump when the warm-start recipe changes
 
 
 @dataclass
@@ -57,20 +58,22 @@ def ensure_demo_policy(seed: int = 0) -> Path:
 
     A randomly initialised model never emits a tool name, so reinforcement learning
     would see no reward at all; like the paper's instruct model, the starting policy
-    knows the format and is poor at the task (about one success in ten).
+    knows the format and is poor at the task (it picks the right tool one time in three).
     """
     path = default_cache_dir() / f"demo-policy-v{DEMO_POLICY_VERSION}-seed{seed}"
     if (path / "config.json").exists():
         return path
     base = build_tiny_model(path.with_name(path.name + f".base-{os.getpid()}"), seed=seed)
-    trainer = PolicyTrainer(base, TrainConfig(learning_rate=3e-3, minibatch_size=128, seed=seed))
+    trainer = PolicyTrainer(base, TrainConfig(learning_rate=3e-3, minibatch_size=64, seed=seed))
     train_tasks, _ = demo_task.all_tasks(seed)
-    samples = supervised_samples(trainer.tokenizer, demo_task.format_examples(train_tasks, 1500, seed=seed))
-    trainer.train(samples, epochs=8)
+    tool_turns, answer_turns = demo_task.format_examples(train_tasks, 1000, seed=seed)
+    answers = supervised_samples(trainer.tokenizer, answer_turns)
+    # Copying first: mixed with the (deliberately random) tool turns from the start,
+    # the tiny model does not find the copy mechanism within this budget.
+    trainer.train(answers, epochs=5)
+    trainer.train(answers + supervised_samples(trainer.tokenizer, tool_turns), epochs=2)
     trainer.save(path)
     (path / "trainer_state.pt").unlink()  # RL starts with a fresh optimizer
-    import shutil
-
     shutil.rmtree(base, ignore_errors=True)
     return path
 
@@ -165,7 +168,7 @@ def run_demo(cfg: DemoConfig, on_phase: Callable[[int, str], None] | None = None
             run_agent(tasks_file, round_dir / "data", server.base_url)
             rewards = mean_rewards_by_split(round_dir / "data")
             phase(rnd, "building the dataset")
-            manifest = build_dataset(round_dir / "data", round_dir / "dataset", splits=["train"])
+            manifest = build_dataset(round_dir / "data", round_dir / "dataset", splits=("train",))
             row = {
                 "round": rnd,
                 "policy_version": rnd,

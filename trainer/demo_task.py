@@ -19,12 +19,11 @@ import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+# Results stay single digits, so the answer is one token to copy.
 TOOLS: dict[str, Callable[[int, int], int]] = {
-    "add": lambda a, b: a + b,
-    "diff": lambda a, b: abs(a - b),
-    "mul": lambda a, b: a * b,
     "max": max,
     "min": min,
+    "diff": lambda a, b: abs(a - b),
 }
 SYSTEM_PROMPT = "tools: " + " ".join(TOOLS)
 
@@ -85,20 +84,19 @@ def reward(task: Task, final_answer: str) -> float:
     return 1.0 if final_answer.strip() == str(task.answer) else 0.0
 
 
-def format_examples(tasks: list[Task], n: int, seed: int = 0) -> list[tuple[list[dict], str]]:
-    """(messages, target) pairs teaching the format only, not the task.
+def format_examples(tasks: list[Task], n: int, seed: int = 0) -> tuple[list[tuple[list[dict], str]], list[tuple[list[dict], str]]]:
+    """(messages, target) pairs teaching the format, not the task: tool turns and answer turns.
 
-    The tool is chosen uniformly at random, and the answer copies the tool result
-    only half of the time (a random number otherwise), so the starting policy
-    succeeds about one time in ten and reinforcement learning has the rest to do.
+    The tool is chosen uniformly at random, whatever the task asks; the answer copies
+    the tool's result. So the starting policy calls the right tool one time in three,
+    and choosing it from the task is left to reinforcement learning.
     """
     rng = random.Random(seed)
-    examples = []
+    tool_turns, answer_turns = [], []
     for _ in range(n):
         task = rng.choice(tasks)
         tool = rng.choice(list(TOOLS))
-        examples.append((first_messages(task), tool))
         result = run_tool(tool, task)
-        answer = result if rng.random() < 0.5 else str(rng.randint(0, 81))
-        examples.append((second_messages(task, tool, result), answer))
-    return examples
+        tool_turns.append((first_messages(task), tool))
+        answer_turns.append((second_messages(task, tool, result), result))
+    return tool_turns, answer_turns

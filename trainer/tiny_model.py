@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 TINY_MODEL_NAME = "tracerl-tiny-llama"
-_BUILD_VERSION = 2  # bump when the recipe changes, so stale caches are rebuilt
+_BUILD_VERSION = 3  # bump when the recipe changes, so stale caches are rebuilt
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|end|>"]
 
@@ -29,6 +29,9 @@ _CORPUS = [
     "task: add 3 4 ; tool: add ; result: 7 ; answer: 7",
     "task: diff 9 2 ; tool: diff ; result: 7 ; answer: 7",
     "0 1 2 3 4 5 6 7 8 9 add diff max min mul tools tool result answer task error unknown",
+    # repeated so that BPE gives the demo's tool names and digits tokens of their own
+    *["max min diff add mul", " max min diff add mul", "max", "min", "diff"] * 8,
+    *[" ".join("0123456789"), "0123456789"] * 4,
     "SELECT name FROM users WHERE id = 1;",
     '{"name": "calculator", "arguments": {"a": 1, "b": 2}}',
 ]
@@ -48,7 +51,7 @@ def build_tokenizer():
     from transformers import PreTrainedTokenizerFast
 
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(_CORPUS, vocab_size=320, min_frequency=1, special_tokens=SPECIAL_TOKENS, show_progress=False)
+    bpe.train_from_iterator(_CORPUS, vocab_size=384, min_frequency=1, special_tokens=SPECIAL_TOKENS, show_progress=False)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe._tokenizer,
         eos_token="<|end|>",
@@ -64,6 +67,9 @@ def build_tiny_model(path: str | os.PathLike, *, seed: int = 0) -> Path:
     """Write a freshly initialised tiny model and its tokenizer to ``path``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     torch.manual_seed(seed)
     tokenizer = build_tokenizer()

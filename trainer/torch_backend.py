@@ -141,7 +141,9 @@ class PolicyTrainer:
 
     def __init__(self, model_path: str | os.PathLike, config: TrainConfig | None = None) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()  # our own progress bars say what is going on
         self.config = config or TrainConfig()
         torch.manual_seed(self.config.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -207,7 +209,7 @@ class PolicyTrainer:
             clipped = ((ratio - 1).abs() > cfg.clip_epsilon).float()
             clip_frac = float((clipped * mask).sum() / max(n_tokens, 1))
             kl = float(((old - new.detach()) * mask).sum() / max(n_tokens, 1))
-        return float(loss), clip_frac, kl, n_tokens
+        return loss.item(), clip_frac, kl, n_tokens
 
     def save(self, out_dir: str | os.PathLike) -> Path:
         """Write a complete checkpoint atomically, so a server never loads half of one."""

@@ -1,0 +1,45 @@
+"""The whole loop, end to end: agent under `tracerl run` -> spans -> dataset -> training -> refreshed server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tracerl.trainer import demo_task
+from tracerl.trainer.demo import DemoConfig, run_demo
+from tracerl.trainer.tiny_model import build_tiny_model
+from tracerl.trainer.torch_backend import TrainConfig
+
+
+def test_demo_task_rewards_only_the_true_result():
+    task = demo_task.Task("diff-3-8", "diff", 3, 8)
+    assert demo_task.run_tool("diff", task) == "5"
+    assert demo_task.reward(task, " 5 ") == 1.0 and demo_task.reward(task, "8") == 0.0
+    with pytest.raises(demo_task.UnknownToolError, match="unknown tool 'sum'"):
+        demo_task.run_tool("sum", task)
+    train, held_out = demo_task.all_tasks(seed=0)
+    assert not {t.task_id for t in train} & {t.task_id for t in held_out}
+
+
+@pytest.mark.slow
+def test_short_loop_trains_and_refreshes_the_endpoint(tmp_path):
+    start = build_tiny_model(tmp_path / "start", seed=1)  # untrained: the loop must still run cleanly
+    cfg = DemoConfig(
+        out=tmp_path / "run", rounds=1, tasks_per_round=4, group_size=2, eval_tasks=3, seed=0,
+        model=str(start), train=TrainConfig(epochs=1, minibatch_size=8),
+    )
+    phases = []
+    rows = run_demo(cfg, on_phase=lambda rnd, text: phases.append((rnd, text)))
+
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert lines == rows and [r["round"] for r in rows] == [0, 1]
+    assert [r["policy_version"] for r in rows] == [0, 1]
+    for row in rows:
+        assert 0.0 <= row["train_mean_reward"] <= 1.0 and 0.0 <= row["eval_mean_reward"] <= 1.0
+        # one transition per LLM call: 2 calls per episode, training episodes only
+        assert row["transitions"] == 4 * 2 * 2
+    assert rows[0]["train_loss"] is not None and "train_loss" not in rows[1]
+    assert (tmp_path / "run" / "policy" / "v1" / "config.json").exists()
+    assert (tmp_path / "run" / "reward_curve.png").stat().st_size > 1000
+    assert (0, "running the agent") in phases and (0, "training") in phases
