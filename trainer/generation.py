@@ -91,13 +91,6 @@ class GenerationHandle:
         self._queue: asyncio.Queue = asyncio.Queue()
         self.cancelled = False
 
-    def _emit(self, event: object) -> None:
-        """Called from the engine thread."""
-        try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
-        except RuntimeError:  # the event loop is gone (server shut down): nobody listens
-            self.cancelled = True
-
     def cancel(self) -> None:
         """Stop generating for this request (client went away)."""
         self.cancelled = True
@@ -135,7 +128,7 @@ class _Group:
     n: int
     params: SamplingParams
     handle: GenerationHandle
-    generator: torch.Generator
+    rng: random.Random  # the uniforms of this request's draws: seeded requests replay exactly
 
 
 @dataclass
@@ -212,6 +205,7 @@ class GenerationEngine:
         self._cache = None
         self._mask: torch.Tensor | None = None
         self._logits: torch.Tensor | None = None  # next-token logits of every row, or None if stale
+        self._outbox: list[tuple[GenerationHandle, object]] = []  # events of this step, posted together
 
     @property
     def policy_version(self) -> int:
@@ -241,7 +235,7 @@ class GenerationEngine:
         """Queue ``n`` choices per prompt; call from a running event loop."""
         handle = GenerationHandle(num_choices=len(prompts) * n)
         seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
-        group = _Group(prompts, n, params, handle, torch.Generator().manual_seed(seed))
+        group = _Group(prompts, n, params, handle, random.Random(seed))
         with self._cond:
             if self._stopping:
                 raise GenerationError("the generation engine is shutting down")
@@ -286,7 +280,23 @@ class GenerationEngine:
                     self._advance(newcomers)
                 except Exception as exc:  # keep serving: fail only the requests in this batch
                     self._fail_all(f"generation failed: {type(exc).__name__}: {exc}", newcomers)
+                finally:
+                    self._post()
         self._fail_all("the server is shutting down", list(self._waiting))
+        self._post()
+
+    def _post(self) -> None:
+        """Hand this step's events to their event loops: one wake-up per loop, not per token."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[GenerationHandle, object]]] = {}
+        for handle, event in self._outbox:
+            by_loop.setdefault(handle._loop, []).append((handle, event))
+        self._outbox = []
+        for loop, batch in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, batch)
+            except RuntimeError:  # that loop is closed (its server shut down): nobody listens
+                for handle, _ in batch:
+                    handle.cancelled = True
 
     def _take_waiting(self) -> list[_Group]:
         taken: list[_Group] = []
@@ -310,7 +320,7 @@ class GenerationEngine:
         if newcomers:
             joining = []
             for group in newcomers:
-                group.handle._emit(Admitted(self._version))
+                self._outbox.append((group.handle, Admitted(self._version)))
                 for p, prompt in enumerate(group.prompts):
                     joining.extend(_Row(group, p * group.n + j, list(prompt)) for j in range(group.n))
             if self._rows and all(len(r.prompt) > 1 for r in joining):
@@ -383,7 +393,7 @@ class GenerationEngine:
         """Sample one token per row, report it, and drop finished rows from the batch."""
         logits = self._logits
         logprobs = torch.log_softmax(logits, dim=-1)
-        greedy = logits.argmax(dim=-1).tolist()
+        tokens = _draw(logits, [r.group.params for r in self._rows], [r.group.rng.random() for r in self._rows])
         k = max(r.group.params.top_logprobs for r in self._rows)
         top = logprobs.topk(k, dim=-1) if k else None
         keep: list[int] = []
@@ -391,7 +401,7 @@ class GenerationEngine:
             if row.group.handle.cancelled:
                 continue
             params = row.group.params
-            token = greedy[i] if params.temperature == 0 else _sample_token(logits[i], params, row.group.generator)
+            token = tokens[i]
             row.generated.append(token)
             row.logprobs.append(float(logprobs[i, token]))
             tops = (
@@ -423,30 +433,50 @@ class GenerationEngine:
         delta = visible[len(row.emitted_text) :] if visible.startswith(row.emitted_text) else ""
         row.emitted_text += delta
         handle = row.group.handle
-        handle._emit(TokenStep(row.choice, token, row.logprobs[-1], tops, delta))
+        self._outbox.append((handle, TokenStep(row.choice, token, row.logprobs[-1], tops, delta)))
         if finish:
-            handle._emit(
-                ChoiceResult(row.choice, row.prompt, row.generated, row.logprobs, row.top_logprobs, text, finish)
-            )
+            result = ChoiceResult(row.choice, row.prompt, row.generated, row.logprobs, row.top_logprobs, text, finish)
+            self._outbox.append((handle, result))
         return finish is not None
 
     def _fail_all(self, message: str, groups: list[_Group]) -> None:
         handles = {id(r.group.handle): r.group.handle for r in self._rows}
         handles.update({id(g.handle): g.handle for g in groups})
-        for handle in handles.values():
-            handle._emit(Failed(message))
+        self._outbox.extend((handle, Failed(message)) for handle in handles.values())
         self._rows, self._cache, self._mask, self._logits = [], None, None, None
 
 
-def _sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
-    """Draw from softmax(logits / T), restricted to the top-p nucleus."""
-    probs = torch.softmax(logits / params.temperature, dim=-1)
-    if params.top_p < 1.0:
-        sorted_probs, order = probs.sort(descending=True)
-        outside = sorted_probs.cumsum(0) - sorted_probs >= params.top_p  # the first token always stays
-        sorted_probs[outside] = 0.0
-        probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
-    return int(torch.multinomial(probs, 1, generator=generator))
+def _draw(logits: torch.Tensor, params: list[SamplingParams], uniforms: list[float]) -> list[int]:
+    """One token per row: argmax at temperature 0, else inverse-CDF sampling of
+    softmax(logits / T) restricted to the top-p nucleus, all rows at once.
+
+    Each row brings its own uniform draw, so a seeded request samples the same ids
+    whatever else shares its batch.
+    """
+    tokens = logits.argmax(dim=-1)
+    rows = [i for i, p in enumerate(params) if p.temperature > 0]
+    if rows:
+        index = torch.tensor(rows)
+        temperature = torch.tensor([params[i].temperature for i in rows])[:, None]
+        probs = torch.softmax(logits[index] / temperature, dim=-1)
+        order = None
+        if any(params[i].top_p < 1.0 for i in rows):
+            probs, order = probs.sort(dim=-1, descending=True)
+            top_p = torch.tensor([params[i].top_p for i in rows])[:, None]
+            probs[probs.cumsum(-1) - probs >= top_p] = 0.0  # the most likely token always stays
+        cdf = probs.cumsum(-1)
+        target = torch.tensor([uniforms[i] for i in rows])[:, None] * cdf[:, -1:]
+        picked = torch.searchsorted(cdf, target).clamp(max=probs.shape[-1] - 1)
+        if order is not None:
+            picked = order.gather(1, picked)
+        tokens[index] = picked[:, 0]
+    return tokens.tolist()
+
+
+def _deliver(batch: list[tuple[GenerationHandle, object]]) -> None:
+    """Runs on the handles' event loop."""
+    for handle, event in batch:
+        handle._queue.put_nowait(event)
 
 
 def _left_pad(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
