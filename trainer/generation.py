@@ -212,6 +212,16 @@ class GenerationEngine:
         return self._version
 
     @property
+    def running(self) -> int:
+        """Sequences being decoded now (approximate when read from another thread)."""
+        return len(self._rows)
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued for the next batch."""
+        return len(self._waiting)
+
+    @property
     def vocab_size(self) -> int:
         return int(self.model.config.vocab_size)
 
@@ -393,7 +403,7 @@ class GenerationEngine:
         """Sample one token per row, report it, and drop finished rows from the batch."""
         logits = self._logits
         logprobs = torch.log_softmax(logits, dim=-1)
-        tokens = _draw(logits, [r.group.params for r in self._rows], [r.group.rng.random() for r in self._rows])
+        tokens = draw_tokens(logits, [r.group.params for r in self._rows], [r.group.rng.random() for r in self._rows])
         k = max(r.group.params.top_logprobs for r in self._rows)
         top = logprobs.topk(k, dim=-1) if k else None
         keep: list[int] = []
@@ -446,7 +456,7 @@ class GenerationEngine:
         self._rows, self._cache, self._mask, self._logits = [], None, None, None
 
 
-def _draw(logits: torch.Tensor, params: list[SamplingParams], uniforms: list[float]) -> list[int]:
+def draw_tokens(logits: torch.Tensor, params: list[SamplingParams], uniforms: list[float]) -> list[int]:
     """One token per row: argmax at temperature 0, else inverse-CDF sampling of
     softmax(logits / T) restricted to the top-p nucleus, all rows at once.
 

@@ -106,7 +106,9 @@ class _Api:
 
     # ---- plain endpoints -------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
-        return _json({"status": "ok", "policy_version": self.engine.policy_version}, self.engine.policy_version)
+        engine = self.engine
+        body = {"status": "ok", "policy_version": engine.policy_version, "running": engine.running, "waiting": engine.waiting}
+        return _json(body, engine.policy_version)
 
     async def models(self, request: Request) -> Response:
         card = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 import openai
@@ -64,7 +65,7 @@ def test_default_model_name_and_models_endpoint(server, client):
     reply = httpx.post(f"{server.base_url}/chat/completions", json={"messages": CHAT, "max_tokens": 2}).json()
     assert reply["model"] == models[0].id
     health = httpx.get(f"{server.url}/health")
-    assert health.json() == {"status": "ok", "policy_version": 0}
+    assert health.json() == {"status": "ok", "policy_version": 0, "running": 0, "waiting": 0}
 
 
 def test_greedy_is_deterministic_and_n_gives_independent_samples(client):
@@ -186,3 +187,16 @@ def test_async_client_many_concurrent_requests(server):
     replies = asyncio.run(main())
     assert len({r.id for r in replies}) == 16
     assert all(1 <= len(r.choices[0].model_extra["token_ids"]) <= 6 for r in replies)
+
+
+def test_a_client_that_drops_a_stream_stops_its_generation(server):
+    body = {"messages": CHAT, "max_tokens": 480, "stream": True}
+    with httpx.stream("POST", f"{server.base_url}/chat/completions", json=body) as response:
+        lines = response.iter_lines()
+        for _ in range(3):
+            next(lines)
+        assert httpx.get(f"{server.url}/health").json()["running"] == 1
+    deadline = time.monotonic() + 1.5  # decoding 480 tokens takes several seconds
+    while httpx.get(f"{server.url}/health").json()["running"]:
+        assert time.monotonic() < deadline, "the dropped stream is still being decoded"
+        time.sleep(0.05)
