@@ -20,7 +20,7 @@ def run(
     content: Optional[bool] = typer.Option(None, "--content/--no-content", help="Record prompts and completions (default: yes)."),
 ) -> None:
     """Run CMD with capture on, no code change: `tracerl run -- python agent.py`."""
-    from tracerl.instrumentation.run import capture_env, run_captured
+    from tracerl.instrumentation.run import capture_env, exec_captured
 
     command = list(ctx.args)
     if not command:
@@ -35,11 +35,10 @@ def run(
         capture_content=content,
     )
     try:
-        code = run_captured(command, env)
+        exec_captured(command, env)
     except FileNotFoundError as exc:
         typer.secho(str(exc), fg="red", err=True)
         raise typer.Exit(127) from exc
-    raise typer.Exit(code)
 
 
 def gateway(

@@ -12,7 +12,6 @@ forwarded upstream and never recorded.
 
 from __future__ import annotations
 
-import logging
 from contextlib import asynccontextmanager
 from collections.abc import AsyncIterator
 from typing import Any
@@ -30,8 +29,6 @@ from starlette.routing import Route
 from tracerl.instrumentation import token_capture as tc
 from tracerl.instrumentation.settings import settings
 from tracerl.schemas import attributes as A
-
-logger = logging.getLogger(__name__)
 
 # Hop-by-hop and body-framing headers: recomputed on each side, never copied.
 _DROP_HEADERS = frozenset(

@@ -10,9 +10,10 @@ Child processes inherit the environment, so they are captured too.
 from __future__ import annotations
 
 import os
-import subprocess
+import shutil
 import uuid
 from collections.abc import Mapping, Sequence
+from typing import NoReturn
 from pathlib import Path
 
 import opentelemetry.instrumentation.auto_instrumentation as auto_instrumentation
@@ -62,11 +63,10 @@ def capture_env(
     return env
 
 
-def run_captured(command: Sequence[str], env: Mapping[str, str]) -> int:
-    """Run ``command`` with ``env``; return its exit status (signals as 128+N)."""
-    try:
-        completed = subprocess.run(list(command), env=dict(env), check=False)
-    except FileNotFoundError as exc:
-        raise FileNotFoundError(f"tracerl run: command not found: {command[0]!r}") from exc
-    code = completed.returncode
-    return 128 - code if code < 0 else code
+def exec_captured(command: Sequence[str], env: Mapping[str, str]) -> NoReturn:
+    """Replace this process with ``command`` (as ``opentelemetry-instrument`` does), so
+    signals, the exit status and the terminal belong to the program itself."""
+    executable = shutil.which(command[0], path=env.get("PATH"))
+    if executable is None:
+        raise FileNotFoundError(f"tracerl run: command not found: {command[0]!r}")
+    os.execvpe(executable, list(command), dict(env))

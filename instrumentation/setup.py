@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Collection
 from typing import Any
 
-from opentelemetry import trace
+from opentelemetry import baggage, context, trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -24,7 +24,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from tracerl.instrumentation import frameworks, openai_hook
 from tracerl.instrumentation.parquet_exporter import ParquetSpanExporter
 from tracerl.instrumentation.processor import TracerlSpanProcessor
-from tracerl.instrumentation.settings import CAPTURE_CONTENT_ENV, settings
+from tracerl.instrumentation.settings import CAPTURE_CONTENT_ENV, Settings, settings
+from tracerl.schemas import attributes as A
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,20 @@ def install_hooks(provider: Any) -> None:
         )
     openai_hook.install()
     frameworks.install()
+    _propagate_process_episode(current)
+
+
+def _propagate_process_episode(current: Settings) -> None:
+    """Put the episode of `tracerl run --task-id` in baggage, so that it also reaches
+    the processes this one calls (the processor stamps it on local spans either way)."""
+    values = {A.EPISODE_ID: current.episode_id, A.TASK_ID: current.task_id, A.SPLIT: current.split}
+    values = {k: v for k, v in values.items() if v}
+    if not values or baggage.get_baggage(A.EPISODE_ID):
+        return
+    ctx = context.get_current()
+    for key, value in values.items():
+        ctx = baggage.set_baggage(key, value, ctx)
+    context.attach(ctx)  # for the life of the process: never detached
 
 
 def instrument(

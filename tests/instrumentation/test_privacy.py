@@ -1,0 +1,76 @@
+"""What may be recorded: credentials never, content only if switched on, redacted by
+the user's hook and cut at a size limit. Checked on the Parquet files themselves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tracerl.instrumentation.privacy import TRUNCATED_MARK, ContentPolicy
+from tracerl.instrumentation.settings import Settings, SettingsError
+
+API_KEY = "sk-test-SECRETKEY0123456789abcdef"  # the key the conftest gives every agent
+
+AGENT = """
+import os, openai
+client = openai.OpenAI(base_url=os.environ["BASE_URL"], default_headers={"X-Api-Key": "hdr-SECRET-987654321"})
+note = "mail bob@example.com, my other key is sk-live-ABCDEFGHIJKLMNOPQRSTUV " + "x" * 500
+client.chat.completions.create(model="m", messages=[{"role": "user", "content": note}])
+"""
+
+REDACTOR = """
+import re
+def mask_emails(key, text):
+    return re.sub(r"[\\w.]+@[\\w.]+", "<email>", text)
+"""
+
+
+def all_text(data_dir: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in data_dir.glob("spans/**/*.parquet"))
+
+
+def test_keys_never_and_content_redacted_and_cut(captured, tmp_path: Path):
+    (tmp_path / "redact_hook.py").write_text(REDACTOR)
+    done = captured.tracerl_run(AGENT, TRACERL_REDACT="redact_hook:mask_emails", TRACERL_MAX_CONTENT_CHARS="300")
+    assert done.returncode == 0, done.stderr
+    (call,) = captured.llm_calls()
+    assert call["completion_token_ids"]  # privacy never costs the tokens
+    raw = all_text(captured.data_dir) + str(captured.rows()).encode()
+    for secret in (API_KEY, "hdr-SECRET-987654321", "sk-live-ABCDEFGHIJKLMNOPQRSTUV", "bob@example.com"):
+        assert secret.encode() not in raw, secret
+    assert "<email>" in call["attributes"] and "[REDACTED]" in call["attributes"]
+    assert TRUNCATED_MARK in call["attributes"]
+
+
+def test_content_capture_can_be_switched_off(captured):
+    done = captured.tracerl_run(AGENT, "--no-content")
+    assert done.returncode == 0, done.stderr
+    (call,) = captured.llm_calls()
+    assert call["completion_token_ids"] and call["prompt_token_ids"]
+    assert "bob@example.com" not in call["attributes"] and "gen_ai.input.messages" not in call["attributes"]
+
+
+def settings_with(**changes) -> Settings:
+    base = dict(data_dir=Path("."), token_encoding="array", token_capture="auto", capture_content=True,
+                max_content_chars=100, redact=None, episode_id=None, task_id=None, split=None, agent_name=None)
+    return Settings(**{**base, **changes})
+
+
+def test_a_bad_redaction_hook_is_named_in_the_error():
+    with pytest.raises(SettingsError, match="TRACERL_REDACT='nope'"):
+        ContentPolicy(settings_with(redact="nope"))
+    with pytest.raises(SettingsError, match="cannot be loaded"):
+        ContentPolicy(settings_with(redact="no_such_module_xyz:f"))
+
+
+def test_bad_settings_name_the_variable(monkeypatch):
+    from tracerl.instrumentation import settings as S
+
+    for name, value in (("TRACERL_TOKEN_ENCODING", "zip"), ("TRACERL_CAPTURE_CONTENT", "maybe"), ("TRACERL_MAX_CONTENT_CHARS", "-1")):
+        monkeypatch.setenv(name, value)
+        S.settings.cache_clear()
+        with pytest.raises(SettingsError, match=name):
+            S.settings()
+        monkeypatch.delenv(name)
+    S.settings.cache_clear()
