@@ -29,10 +29,12 @@ def serve(
     max_backlog_mb: int = typer.Option(512, help="MiB not yet in Parquet before clients get 503 + Retry-After."),
     max_inflight_mb: int = typer.Option(256, help="MiB of requests in progress before clients get 429 + Retry-After."),
     max_body_mb: int = typer.Option(64, help="Largest request after decompression; larger ones get 413."),
+    workers: int = typer.Option(1, min=1, help="Collector processes sharing the ports (one core each; each has its own WAL)."),
     log_level: str = typer.Option("info", help="Log level (span content is never logged)."),
 ) -> None:
     """Receive OTLP (HTTP protobuf/JSON on /v1/traces and /v1/logs, and gRPC); write durable Parquet."""
     from tracerl.collector.server import CollectorServer, Endpoints
+    from tracerl.collector.workers import serve_workers
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = CollectorConfig(
@@ -47,15 +49,21 @@ def serve(
         auth_token=auth_token,
     )
     endpoints = Endpoints(host, http_port, None if grpc_port < 0 else grpc_port, tls_cert, tls_key)
+    scheme = "https" if tls_cert else "http"
+
+    def ready(http: int, grpc: int | None) -> None:  # tests and scripts read this line
+        typer.echo(f"tracerl collector: OTLP/HTTP {scheme}://{host}:{http} OTLP/gRPC {grpc if grpc is not None else 'off'} "
+                   f"workers={workers} out={out}")
+
     try:
-        server = CollectorServer(config, endpoints)
+        if workers > 1:
+            serve_workers(config, endpoints, workers, ready)
+        else:
+            server = CollectorServer(config, endpoints)
+            server.serve(on_ready=lambda: ready(server.http_port, server.grpc_port))
     except (ValueError, RuntimeError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    server.serve(on_ready=lambda: typer.echo(
-        f"tracerl collector: OTLP/HTTP {server.http_url()} OTLP/gRPC "
-        f"{server.grpc_port if server.grpc_port is not None else 'off'} out={out}", err=False
-    ))
 
 
 def main() -> None:

@@ -67,13 +67,15 @@ def create_server(
     address: str,
     *,
     tls: tuple[bytes, bytes] | None = None,
+    reuse_port: bool = False,
     max_workers: int = 16,
 ) -> tuple[grpc.Server, int]:
     """A gRPC server bound to ``address`` (not yet started) and the port it bound."""
     limit = collector.config.max_body_bytes
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="otlp-grpc"),
-        options=[("grpc.max_receive_message_length", limit)],
+        # without reuse_port a second collector on the same port fails loudly instead of sharing it
+        options=[("grpc.max_receive_message_length", limit), ("grpc.so_reuseport", int(reuse_port))],
         maximum_concurrent_rpcs=max_workers * 4,  # beyond this: RESOURCE_EXHAUSTED, not a queue
     )
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(collector), server)

@@ -31,10 +31,12 @@ def make_spans(
     completion_tokens: int = 60,
     seed: int = 0,
     service: str = "loadgen-agent",
+    resource: dict | None = None,
 ) -> Sequence[ReadableSpan]:
+    """``n`` finished spans; ``resource`` adds resource attributes (e.g. a peer's routing keys)."""
     rng = random.Random(seed)
     exporter = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider = TracerProvider(resource=Resource.create({"service.name": service, **(resource or {})}))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("tracerl.loadgen", "1")
     for i in range(n):

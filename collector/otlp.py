@@ -21,9 +21,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from tracerl.schemas import attributes as A
 from tracerl.schemas.logs import log_row
 from tracerl.schemas.spans import span_row
-from tracerl.schemas.tokens import TokenEncodingError
+from tracerl.schemas.tokens import TokenEncodingError, decode_array
 
 
 class BadPayload(ValueError):
@@ -96,7 +97,20 @@ def trace_rows(request: ExportTraceServiceRequest) -> Converted:
     return out
 
 
+# Token attributes are decoded strictly into numpy arrays before span_row sees them:
+# untrusted input is checked against the int32/float32 columns, and Arrow builds the
+# list columns from numpy arrays without a Python object per token.
+_TOKEN_DTYPES = {A.PROMPT_TOKEN_IDS: "i4", A.COMPLETION_TOKEN_IDS: "i4", A.COMPLETION_LOGPROBS: "f4"}
+
+
 def _span_row(span: Span, resource: dict[str, Any], scope_name: str | None, scope_version: str | None) -> dict:
+    attributes = key_values(span.attributes)
+    for key, dtype in _TOKEN_DTYPES.items():
+        if key in attributes:
+            try:
+                attributes[key] = decode_array(attributes[key], dtype)
+            except TokenEncodingError as exc:
+                raise TokenEncodingError(f"{key}: {exc}") from exc
     return span_row(
         trace_id=_hex_id(span.trace_id, 16, "trace_id"),
         span_id=_hex_id(span.span_id, 8, "span_id"),
@@ -107,7 +121,7 @@ def _span_row(span: Span, resource: dict[str, Any], scope_name: str | None, scop
         end_time_unix_nano=span.end_time_unix_nano,
         status_code=_STATUS.get(span.status.code, str(span.status.code)),
         status_message=span.status.message or None,
-        attributes=key_values(span.attributes),
+        attributes=attributes,
         events=[
             {"name": e.name, "time_unix_nano": e.time_unix_nano, "attributes": key_values(e.attributes)}
             for e in span.events

@@ -30,15 +30,16 @@ class Endpoints:
     grpc_port: int | None = 4317  # None: no gRPC
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    reuse_port: bool = False  # several worker processes share the ports (SO_REUSEPORT)
 
 
 class CollectorServer:
     """``start()``/``stop()`` for embedding and tests; ``serve()`` for the CLI (until a signal)."""
 
-    def __init__(self, config: CollectorConfig, endpoints: Endpoints) -> None:
+    def __init__(self, config: CollectorConfig, endpoints: Endpoints, worker: int = 0) -> None:
         self.config = config
         self.endpoints = endpoints
-        self.collector = Collector(config)
+        self.collector = Collector(config, worker)
         self.http_port = 0
         self.grpc_port: int | None = None
         self._uvicorn: uvicorn.Server | None = None
@@ -67,12 +68,16 @@ class CollectorServer:
         e = self.endpoints
         sock = socket.socket(socket.AF_INET6 if ":" in e.host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if e.reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((e.host, e.http_port))
         sock.listen(2048)
         self.http_port = sock.getsockname()[1]
         if e.grpc_port is not None:
             tls = (e.tls_key.read_bytes(), e.tls_cert.read_bytes()) if self.tls else None
-            self._grpc, self.grpc_port = create_server(self.collector, f"{e.host}:{e.grpc_port}", tls=tls)
+            self._grpc, self.grpc_port = create_server(
+                self.collector, f"{e.host}:{e.grpc_port}", tls=tls, reuse_port=e.reuse_port
+            )
             self._grpc.start()
         self._uvicorn = uvicorn.Server(
             uvicorn.Config(

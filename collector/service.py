@@ -109,11 +109,15 @@ class Admission:
 
 
 class Collector:
-    """Owns the durable tables; ``export`` is the one entry point of both front ends."""
+    """Owns the durable tables; ``export`` is the one entry point of both front ends.
 
-    def __init__(self, config: CollectorConfig) -> None:
+    Worker ``i`` of a multi-process collector keeps its WAL in ``WAL_DIR/worker-i`` and
+    has its own instance id there, so its Parquet files never collide with the others'.
+    """
+
+    def __init__(self, config: CollectorConfig, worker: int = 0) -> None:
         self.config = config
-        wal_dir = config.resolved_wal_dir()
+        wal_dir = worker_wal_dir(config, worker)
         self._lock_fd = wal.lock_folder(wal_dir)
         self.instance_id = config.instance_id or _instance_id(wal_dir)
         self.admission = Admission(config.max_inflight_bytes)
@@ -157,6 +161,21 @@ class Collector:
             return done, response
         table = signal.table.to_table(converted.rows)
         return self.tables[signal.table.name].submit(payload, table), response
+
+
+def worker_wal_dir(config: CollectorConfig, worker: int) -> Path:
+    return config.resolved_wal_dir() / f"worker-{worker}"
+
+
+def replay_unused_wals(config: CollectorConfig, workers: int) -> None:
+    """Commit what the WALs of workers no longer started (fewer ``--workers`` than last time) hold."""
+    base = config.resolved_wal_dir()
+    for folder in sorted(base.glob("worker-*")):
+        index = folder.name.removeprefix("worker-")
+        if index.isdigit() and int(index) >= workers and any(folder.glob("*/*.wal")):
+            collector = Collector(config, int(index))
+            collector.start()  # replays
+            collector.close()
 
 
 def _instance_id(wal_dir: Path) -> str:

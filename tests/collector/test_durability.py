@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from tracerl.collector import wal
 from tracerl.collector.loadgen import encode_batches, make_spans
-from tracerl.collector.service import CollectorConfig, TRACES
+from tracerl.collector.service import TRACES, CollectorConfig, worker_wal_dir
 from tracerl.collector.server import CollectorServer, Endpoints
 from tracerl.storage import write_parquet_atomic
 
@@ -52,7 +52,7 @@ def test_replay_of_a_sealed_segment_is_exact(tmp_path, read, parquet_was_written
     out, partition = tmp_path / "data", "date=2026-01-01/hour=00"
     config = CollectorConfig(out=str(out), instance_id="c1")
     payloads = encode_batches(make_spans(20, seed=5), batch_size=10)
-    wal_dir = config.resolved_wal_dir() / "spans"
+    wal_dir = worker_wal_dir(config, 0) / "spans"
     wal_dir.mkdir(parents=True)
     _sealed_segment(wal_dir, 3, payloads, partition)
     if parquet_was_written:
@@ -108,7 +108,7 @@ def test_kill_9_loses_no_acknowledged_span(tmp_path, read):
     rng = random.Random(7)
     acked: set[str] = set()
     only_in_wal = 0  # records acknowledged but not yet in Parquet when the process died
-    wal_dir = out / ".collector-wal" / "spans"
+    wal_dir = out / ".collector-wal" / "worker-0" / "spans"
     for round_ in range(3):
         proc, url = _start(out)
         bodies = encode_batches(make_spans(3000, seed=100 + round_), batch_size=50)

@@ -17,6 +17,9 @@ from tracerl.collector.loadgen import encode_batches, make_spans
 from tracerl.collector.server import CollectorServer, Endpoints
 from tracerl.collector.service import CollectorConfig
 
+# The bystander exporter thread draws from `random` while hypothesis generates examples.
+pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
+
 VALID = encode_batches(make_spans(8, llm_every=2, seed=21))[0]
 OK_STATUSES = {200, 400, 413, 415}
 

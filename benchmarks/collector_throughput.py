@@ -1,0 +1,259 @@
+"""Collector throughput: sustained spans/s and p99 acknowledgement latency, side by side.
+
+Runs, in one process and on the same pre-encoded OTLP requests (batches of 512 spans
+made by the real OTel SDK and encoded by the OTLP exporter's own encoder):
+
+* ``tracerl collector serve`` over OTLP/HTTP protobuf and over OTLP/gRPC (acknowledged
+  only once durable: WAL fsync, group commit);
+* (a) the in-process Parquet exporter (``tracerl.instrumentation``) writing the same spans;
+* (b) the OTLP/HTTP endpoint of the ``agentlightning`` store (``agl store``), if its
+  ``agl`` executable is given (``--agl`` or ``$TRACERL_BENCH_AGL``); it must be installed
+  in a separate virtualenv (it is not a tracerl dependency).
+
+Closed loop: ``--clients`` connections each send the next request as soon as the previous
+one is acknowledged; a 429/503 reply is retried after its Retry-After. Only 200 replies
+count. Usage::
+
+    python benchmarks/collector_throughput.py --duration 10 --agl /tmp/aglvenv/bin/agl
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import httpx
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from tracerl.collector.loadgen import encode_batches, make_spans
+from tracerl.instrumentation.parquet_exporter import ParquetSpanExporter
+
+GRPC_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+
+@dataclass
+class Result:
+    name: str
+    spans: int
+    seconds: float
+    latencies: list[float]
+    refused: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.spans / self.seconds if self.seconds else 0.0
+
+    def pct(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else float("nan")
+
+
+def closed_loop(name: str, send: Callable[[int, int], float | None], batches: int, batch: int,
+                clients: int, duration: float) -> Result:
+    """``send(client, batch_index)`` returns seconds to wait before a retry (refused) or None (acknowledged)."""
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    refused = [0] * clients
+    stop = time.monotonic() + duration
+
+    def run(k: int) -> None:
+        i = k
+        while time.monotonic() < stop:
+            started = time.perf_counter()
+            retry = send(k, i % batches)
+            if retry is None:
+                latencies[k].append(time.perf_counter() - started)
+                i += clients
+            else:
+                refused[k] += 1
+                time.sleep(retry)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - started
+    flat = [x for per in latencies for x in per]
+    return Result(name, len(flat) * batch, elapsed, flat, sum(refused))
+
+
+def http_sender(port: int, clients: int, bodies: list[bytes]) -> Callable[[int, int], float | None]:
+    connections = [http.client.HTTPConnection("127.0.0.1", port, timeout=120) for _ in range(clients)]
+
+    def send(k: int, i: int) -> float | None:
+        conn = connections[k]
+        conn.request("POST", "/v1/traces", body=bodies[i], headers={"Content-Type": "application/x-protobuf"})
+        reply = conn.getresponse()
+        reply.read()
+        if reply.status == 200:
+            return None
+        if reply.status in (429, 503):
+            return float(reply.headers.get("Retry-After", "1"))
+        raise RuntimeError(f"HTTP {reply.status} from port {port}")
+
+    return send
+
+
+def grpc_sender(port: int, clients: int, bodies: list[bytes]) -> Callable[[int, int], float | None]:
+    channels = [grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20),
+                                                                   ("grpc.use_local_subchannel_pool", 1)])
+                for _ in range(clients)]
+    calls = [c.unary_unary(GRPC_METHOD, request_serializer=None, response_deserializer=ExportTraceServiceResponse.FromString)
+             for c in channels]
+
+    def send(k: int, i: int) -> float | None:
+        try:
+            calls[k](bodies[i], timeout=120)
+        except grpc.RpcError as exc:
+            if exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED:
+                return 1.0
+            raise
+        return None
+
+    return send
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=2)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def start_tracerl(out: Path, workers: int) -> tuple[subprocess.Popen, int, int]:
+    command = [sys.executable, "-m", "tracerl", "collector", "serve", "--out", str(out), "--http-port", "0",
+               "--grpc-port", "0", "--log-level", "warning"]
+    if workers > 1:
+        command += ["--workers", str(workers)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    match = re.search(r"OTLP/HTTP \S+:(\d+) OTLP/gRPC (\d+)", line)
+    if not match:
+        proc.kill()
+        raise RuntimeError(f"tracerl collector did not start: {line!r}")
+    return proc, int(match.group(1)), int(match.group(2))
+
+
+def start_agl(agl: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")
+    proc = subprocess.Popen([agl, "store", "--host", "127.0.0.1", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_http(f"http://127.0.0.1:{port}/v1/agl/health")
+    return proc, port
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def count_rows(folder: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.read_metadata(p).num_rows for p in folder.glob("**/*.parquet") if not p.name.startswith("."))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per target")
+    parser.add_argument("--clients", type=int, default=4, help="concurrent connections")
+    parser.add_argument("--batch", type=int, default=512, help="spans per request")
+    parser.add_argument("--batches", type=int, default=16, help="distinct pre-encoded requests")
+    parser.add_argument("--tokens", choices=["packed", "plain"], default="packed",
+                        help="token ids as tokpack strings or as OTel int arrays")
+    parser.add_argument("--workers", type=int, default=1, help="tracerl collector worker processes")
+    parser.add_argument("--agl", default=os.environ.get("TRACERL_BENCH_AGL"),
+                        help="path of the agentlightning venv's `agl` (or $TRACERL_BENCH_AGL)")
+    args = parser.parse_args()
+
+    results: list[Result] = []
+    tmp = Path(tempfile.mkdtemp(prefix="collector-bench-"))
+    resource = {}
+    agl_proc = None
+    if args.agl and shutil.which(args.agl):
+        agl_proc, agl_port = start_agl(args.agl)
+        # the store only keeps spans of a rollout it knows: start one, tag every span with it
+        rollout = httpx.post(f"http://127.0.0.1:{agl_port}/v1/agl/rollouts", json={"input": {"task": "bench"}}).json()
+        resource = {"agentlightning.rollout_id": rollout["rollout_id"],
+                    "agentlightning.attempt_id": rollout["attempt"]["attempt_id"]}
+    else:
+        print(f"peer skipped: agentlightning's `agl` not found (--agl {args.agl!r}); install it in its own venv:\n"
+              "  python3 -m venv /tmp/aglvenv && /tmp/aglvenv/bin/pip install torch==2.13.0 agentlightning==0.3.0")
+
+    spans = make_spans(args.batch * args.batches, packed=args.tokens == "packed", resource=resource)
+    bodies = encode_batches(spans, args.batch)
+    per_span = sum(map(len, bodies)) / len(spans)
+    print(f"workload: {len(bodies)} requests x {args.batch} spans, 1 in 4 an LLM call with 300+60 token ids "
+          f"({args.tokens}), {per_span:.0f} B/span on the wire; {args.clients} clients, {args.duration:g}s each; "
+          f"{os.cpu_count()} CPUs")
+
+    try:
+        proc, http_port, grpc_port = start_tracerl(tmp / "tracerl", args.workers)
+        n = len(bodies)
+        try:
+            warm = closed_loop("warm-up", http_sender(http_port, 1, bodies), n, args.batch, 1, 1.0)
+            results.append(closed_loop("tracerl collector, OTLP/HTTP protobuf", http_sender(http_port, args.clients, bodies),
+                                       n, args.batch, args.clients, args.duration))
+            results.append(closed_loop("tracerl collector, OTLP/gRPC", grpc_sender(grpc_port, args.clients, bodies),
+                                       n, args.batch, args.clients, args.duration))
+        finally:
+            stop(proc)
+        acked = warm.spans + sum(r.spans for r in results)
+        print(f"tracerl: {acked} spans acknowledged, {count_rows(tmp / 'tracerl' / 'spans')} in Parquet after shutdown")
+
+        exporter = ParquetSpanExporter(tmp / "inprocess")
+        chunks = [spans[i : i + args.batch] for i in range(0, len(spans), args.batch)]
+
+        def export_in_process(_k: int, i: int) -> None:
+            if exporter.export(chunks[i]) is not SpanExportResult.SUCCESS:
+                raise RuntimeError("in-process export failed")
+
+        results.append(closed_loop("(a) in-process ParquetSpanExporter", export_in_process, n, args.batch, 1, args.duration))
+
+        if agl_proc is not None:
+            closed_loop("warm-up", http_sender(agl_port, 1, bodies), n, args.batch, 1, 1.0)
+            results.append(closed_loop("(b) agentlightning 0.3.0 store, OTLP/HTTP", http_sender(agl_port, args.clients, bodies),
+                                       n, args.batch, args.clients, args.duration))
+    finally:
+        if agl_proc is not None:
+            stop(agl_proc)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    base = results[0].rate
+    print(f"\n{'target':44s} {'spans/s':>10s} {'vs tracerl HTTP':>16s} {'p50 ms':>8s} {'p99 ms':>8s} {'refused':>8s}")
+    for r in results:
+        print(f"{r.name:44s} {r.rate:10,.0f} {r.rate / base:15.2f}x {r.pct(0.5):8.1f} {r.pct(0.99):8.1f} {r.refused:8d}")
+
+
+if __name__ == "__main__":
+    main()
