@@ -227,7 +227,9 @@ class GenerationEngine:
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
-        if self._thread is None:
+        with self._cond:
+            if self._thread is not None:
+                return
             self._stopping = False
             self._thread = threading.Thread(target=self._run, name="tracerl-generation", daemon=True)
             self._thread.start()
@@ -242,7 +244,12 @@ class GenerationEngine:
 
     # ---- API used by the server (event-loop / worker threads) --------------------------
     def submit(self, prompts: list[list[int]], params: SamplingParams, n: int = 1) -> GenerationHandle:
-        """Queue ``n`` choices per prompt; call from a running event loop."""
+        """Queue ``n`` choices per prompt; call from a running event loop.
+
+        Starts the decoding thread if needed, so the app also works where the ASGI
+        lifespan is switched off.
+        """
+        self.start()
         handle = GenerationHandle(num_choices=len(prompts) * n)
         seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
         group = _Group(prompts, n, params, handle, random.Random(seed))

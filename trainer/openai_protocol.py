@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 MAX_N = 64
 MAX_TOP_LOGPROBS = 20
@@ -34,9 +34,9 @@ class StreamOptions(_Lenient):
     include_usage: bool = False
 
 
-class TextPart(_Lenient):
-    type: Literal["text"]
-    text: str
+class ContentPart(_Lenient):
+    type: str
+    text: str | None = None
 
 
 class FunctionCall(_Lenient):
@@ -52,10 +52,18 @@ class ToolCall(_Lenient):
 
 class ChatMessage(_Lenient):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _text_parts_only(cls, content):
+        for i, part in enumerate(content if isinstance(content, list) else []):
+            if part.type != "text" or part.text is None:
+                raise ValueError(f"part {i} is of type {part.type!r}; this text-only model takes parts of type 'text' with a 'text'")
+        return content
 
     def text(self) -> str | None:
         if isinstance(self.content, list):
@@ -86,6 +94,18 @@ class _SamplingRequest(_Lenient):
     stream_options: StreamOptions | None = None
     return_token_ids: bool = False  # vLLM extra
     return_tokens_as_token_ids: bool = False  # vLLM extra: logprob tokens read "token_id:N"
+    # Sampling controls the built-in sampler does not implement: refused unless neutral,
+    # since silently sampling from another distribution would corrupt the training data.
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+
+    @field_validator("frequency_penalty", "presence_penalty", "logit_bias")
+    @classmethod
+    def _neutral_only(cls, value, info):
+        if value:
+            raise ValueError(f"the built-in server does not implement {info.field_name}; leave it out or send a neutral value")
+        return value
 
     def stop_strings(self) -> tuple[str, ...]:
         stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
@@ -130,7 +150,8 @@ def parse_request(model: type[BaseModel], body: Any) -> Any:
     except ValidationError as exc:
         error = exc.errors()[0]
         param = _param_name(error["loc"])
-        raise RequestError(f"{param}: {error['msg']}" if param else error["msg"], param=param) from None
+        message = error["msg"].removeprefix("Value error, ")
+        raise RequestError(f"{param}: {message}" if param else message, param=param) from None
 
 
 def _param_name(loc: tuple) -> str | None:

@@ -6,6 +6,8 @@ import httpx
 import openai
 import pytest
 
+from tracerl.trainer.server import running_server
+
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -35,6 +37,14 @@ def _post(server, path: str, body) -> httpx.Response:
         ("/chat/completions", {"messages": USER, "top_p": 0}, "top_p", "greater than 0"),
         ("/chat/completions", {"messages": USER, "top_logprobs": 2}, "top_logprobs", "logprobs: true"),
         ("/chat/completions", {"messages": [{"role": "user", "content": "x" * 5000}]}, "messages", "Shorten the prompt"),
+        (
+            "/chat/completions",
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:"}}]}]},
+            "messages[0].content",
+            "'image_url'",
+        ),
+        ("/chat/completions", {"messages": USER, "frequency_penalty": 0.5}, "frequency_penalty", "does not implement"),
+        ("/completions", {"prompt": "x", "logit_bias": {"5": 100}}, "logit_bias", "does not implement"),
         ("/completions", {"prompt": "x", "logprobs": 50}, "logprobs", "less than or equal to 20"),
         ("/completions", {"prompt": [1, 2, 100000]}, "prompt", "outside the vocabulary"),
         ("/completions", {"prompt": ""}, "prompt", "empty"),
@@ -79,3 +89,29 @@ def test_server_still_answers_after_bad_requests(server):
         _post(server, "/chat/completions", "{broken")
     reply = _post(server, "/chat/completions", {"messages": USER, "max_tokens": 2}).json()
     assert reply["usage"]["completion_tokens"] >= 1
+
+
+def test_neutral_values_of_unimplemented_controls_are_accepted(server):
+    body = {"messages": USER, "max_tokens": 1, "frequency_penalty": 0, "presence_penalty": 0.0, "logit_bias": {}}
+    assert _post(server, "/chat/completions", body).status_code == 200
+
+
+def test_a_failing_forward_pass_fails_its_requests_and_the_server_recovers():
+    with running_server() as own:
+        model = own.app.state.engine.model
+        healthy = model.forward
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("simulated device failure")
+
+        model.forward = broken
+        response = _post(own, "/chat/completions", {"messages": USER, "max_tokens": 3})
+        assert response.status_code == 500
+        assert response.json()["error"] == {
+            "message": "generation failed: RuntimeError: simulated device failure",
+            "type": "server_error",
+            "param": None,
+            "code": None,
+        }
+        model.forward = healthy
+        assert _post(own, "/chat/completions", {"messages": USER, "max_tokens": 3}).status_code == 200
