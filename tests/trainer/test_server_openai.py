@@ -200,3 +200,44 @@ def test_a_client_that_drops_a_stream_stops_its_generation(server):
     while httpx.get(f"{server.url}/health").json()["running"]:
         assert time.monotonic() < deadline, "the dropped stream is still being decoded"
         time.sleep(0.05)
+
+
+def test_streamed_text_never_shows_the_stop_string(server, client):
+    kwargs = dict(model="m", prompt="task: add 3 4 ; tool:", max_tokens=16, temperature=0)
+    text = client.completions.create(**kwargs).choices[0].text
+    stop = text[4:6]
+    whole = client.completions.create(stop=[stop], **kwargs).choices[0].text
+    chunks = list(client.completions.create(stop=[stop], stream=True, **kwargs))
+    assert "".join(c.choices[0].text for c in chunks) == whole == text[: text.find(stop)]
+
+
+def test_async_client_streams(server):
+    async def main():
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="unused")
+        stream = await client.chat.completions.create(
+            model="m", messages=CHAT, max_tokens=5, stream=True, extra_body={"return_token_ids": True}
+        )
+        ids = [t async for chunk in stream for t in chunk.choices[0].model_extra.get("token_ids", [])]
+        await client.close()
+        return ids
+
+    assert 1 <= len(asyncio.run(main())) <= 5
+
+
+def test_create_app_is_a_plain_asgi_app():
+    """Mounted without a lifespan (here: httpx's in-process transport), it still serves."""
+    from tracerl.trainer.server import create_app
+
+    app = create_app(served_model_name="in-process")
+
+    async def main():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
+            return (await http.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 2})).json()
+
+    try:
+        reply = asyncio.run(main())
+    finally:
+        app.state.engine.stop()
+    assert reply["model"] == "in-process"
+    assert reply["usage"]["completion_tokens"] >= 1
