@@ -132,17 +132,11 @@ class _Api:
     # ---- generation ----------------------------------------------------------------------
     async def chat_completions(self, request: Request) -> Response:
         req = parse_request(ChatCompletionRequest, await _body(request))
-        prompt = chat_prompt_ids(self.engine.tokenizer, req)
-        top = (req.top_logprobs or 0) if req.logprobs else 0
         if req.top_logprobs and not req.logprobs:
             raise RequestError("top_logprobs needs logprobs: true", param="top_logprobs")
-        params = self._sampling_params(req, [prompt], top, prompt_param="messages")
-        handle = self.engine.submit([prompt], params, n=req.n)
-        version = await _admitted(handle)
-        reply = _ChatReply(self, req, prompt, version)
-        if req.stream:
-            return _sse(reply.stream(handle), handle, version)
-        return _json(reply.body(await _results(handle)), version)
+        prompt = chat_prompt_ids(self.engine.tokenizer, req)
+        params = self._sampling_params(req, [prompt], req.top_logprobs or 0, prompt_param="messages")
+        return await self._generate(_ChatReply(self, req, prompt), [prompt], params)
 
     async def completions(self, request: Request) -> Response:
         req = parse_request(CompletionRequest, await _body(request))
@@ -150,12 +144,15 @@ class _Api:
             raise RequestError("echo is not supported by the built-in server", param="echo")
         prompts = completion_prompt_ids(self.engine.tokenizer, req, self.engine.vocab_size)
         params = self._sampling_params(req, prompts, req.logprobs or 0, prompt_param="prompt")
-        handle = self.engine.submit(prompts, params, n=req.n)
-        version = await _admitted(handle)
-        reply = _CompletionReply(self, req, prompts, version)
-        if req.stream:
-            return _sse(reply.stream(handle), handle, version)
-        return _json(reply.body(await _results(handle)), version)
+        return await self._generate(_CompletionReply(self, req, prompts), prompts, params)
+
+    async def _generate(self, reply: _ChatReply | _CompletionReply, prompts: list[list[int]], params: SamplingParams) -> Response:
+        """Run the request; answer once it is admitted, when its policy version is known."""
+        handle = self.engine.submit(prompts, params, n=reply.req.n)
+        reply.version = await _admitted(handle)
+        if reply.req.stream:
+            return _sse(reply.stream(handle), handle, reply.version)
+        return _json(reply.body(await _results(handle)), reply.version)
 
     def _sampling_params(self, req, prompts: list[list[int]], top_logprobs: int, *, prompt_param: str) -> SamplingParams:
         context = self.engine.max_context
@@ -194,8 +191,9 @@ class _Api:
 class _ChatReply:
     """Builds chat.completion bodies and chat.completion.chunk streams."""
 
-    def __init__(self, api: _Api, req: ChatCompletionRequest, prompt: list[int], version: int) -> None:
-        self.api, self.req, self.prompt, self.version = api, req, prompt, version
+    def __init__(self, api: _Api, req: ChatCompletionRequest, prompt: list[int]) -> None:
+        self.api, self.req, self.prompt = api, req, prompt
+        self.version = -1  # set on admission
         self.id = f"chatcmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.parse_tools = bool(req.tools) and req.tool_choice != "none"
@@ -280,8 +278,9 @@ class _ChatReply:
 class _CompletionReply:
     """Builds text_completion bodies and streams."""
 
-    def __init__(self, api: _Api, req: CompletionRequest, prompts: list[list[int]], version: int) -> None:
-        self.api, self.req, self.prompts, self.version = api, req, prompts, version
+    def __init__(self, api: _Api, req: CompletionRequest, prompts: list[list[int]]) -> None:
+        self.api, self.req, self.prompts = api, req, prompts
+        self.version = -1  # set on admission
         self.id = f"cmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
 
