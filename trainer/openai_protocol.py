@@ -154,13 +154,16 @@ def parse_request(model: type[BaseModel], body: Any) -> Any:
         raise RequestError(f"{param}: {message}" if param else message, param=param) from None
 
 
+_UNION_LABELS = {"str", "int", "float", "bool"}
+
+
 def _param_name(loc: tuple) -> str | None:
     """('messages', 0, 'role') -> 'messages[0].role'; drops pydantic's union-branch labels."""
     name = ""
     for part in loc:
         if isinstance(part, int):
             name += f"[{part}]"
-        elif isinstance(part, str) and (part.startswith(("list[", "str", "int", "function-", "literal[", "dict[")) or "[" in part):
+        elif part in _UNION_LABELS or "[" in part:  # field names never hold "["
             break  # a union branch label, not a field
         else:
             name += f".{part}" if name else part

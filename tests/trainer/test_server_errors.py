@@ -44,6 +44,8 @@ def _post(server, path: str, body) -> httpx.Response:
             "'image_url'",
         ),
         ("/chat/completions", {"messages": USER, "frequency_penalty": 0.5}, "frequency_penalty", "does not implement"),
+        ("/chat/completions", {"messages": USER, "stream_options": {"include_usage": "maybe"}}, "stream_options.include_usage", "boolean"),
+        ("/chat/completions", {"messages": USER, "tools": [{"type": "function", "function": {}}]}, "tools[0].function.name", "required"),
         ("/completions", {"prompt": "x", "logit_bias": {"5": 100}}, "logit_bias", "does not implement"),
         ("/completions", {"prompt": "x", "logprobs": 50}, "logprobs", "less than or equal to 20"),
         ("/completions", {"prompt": [1, 2, 100000]}, "prompt", "outside the vocabulary"),
