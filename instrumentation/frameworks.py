@@ -28,6 +28,8 @@ def install() -> None:
     _installed = True
     register_post_import_hook(_hook_langchain, "langchain_core.runnables.config")
     register_post_import_hook(_hook_openai_agents, "agents")
+    register_post_import_hook(_hook_agentops, "agentops.sdk.core")
+    register_post_import_hook(_hook_agentops_exporter, "agentops.sdk.exporters")
 
 
 # ---- LangChain / LangGraph ------------------------------------------------------------
@@ -62,3 +64,39 @@ def _hook_openai_agents(module) -> None:
 
     # replaces the default processor, which uploads traces to OpenAI
     module.set_trace_processors([OTelTraceProcessor()])
+
+
+# ---- agentops ---------------------------------------------------------------------------
+
+
+def _hook_agentops(module) -> None:
+    """agentops runs its own tracer provider and exporter (``AGENTOPS_EXPORTER_ENDPOINT``,
+    which can point at a tracerl collector) and wraps the OpenAI client itself. Its
+    provider gets tracerl's processor, for episodes, agent names and the token hook
+    (which fills every LLM span of a call: agentops's and OpenLLMetry's alike)."""
+    from wrapt import wrap_function_wrapper
+
+    def setup_telemetry(wrapped, instance, args, kwargs):
+        provider, meter_provider = wrapped(*args, **kwargs)
+        from tracerl.instrumentation.setup import install_hooks
+
+        install_hooks(provider)
+        return provider, meter_provider
+
+    wrap_function_wrapper(module, "setup_telemetry", setup_telemetry)
+
+
+def _hook_agentops_exporter(module) -> None:
+    """agentops 0.4's exporter sets its auth header through private attributes that
+    newer OTLP exporters no longer have (``_session``), so every export fails. When
+    they are missing, export with the stock OTLP/HTTP exporter it derives from: same
+    endpoint, same encoding, no agentops JWT (a tracerl collector needs none)."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from wrapt import wrap_function_wrapper
+
+    def export(wrapped, instance, args, kwargs):
+        if hasattr(instance, "_session"):
+            return wrapped(*args, **kwargs)
+        return OTLPSpanExporter.export(instance, *args, **kwargs)
+
+    wrap_function_wrapper(module, "AuthenticatedOTLPExporter.export", export)

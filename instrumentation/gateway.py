@@ -140,14 +140,14 @@ class Gateway:
         except orjson.JSONDecodeError:
             answer = None
         if not isinstance(answer, dict):
-            tc.record(span, plan, None, settings().token_encoding)
+            tc.record([span], plan, None, settings().token_encoding)
             span.end()
             return Response(data, status_code=upstream.status_code, headers=headers)
         tokens = tc.take_tokens(plan, answer, upstream.headers)
         self._describe(span, answer)
         outputs = [c.get("message", c.get("text")) for c in answer.get("choices") or ()]
         span.set_attribute(A.GEN_AI_OUTPUT_MESSAGES, orjson.dumps(outputs).decode())
-        tc.record(span, plan, tokens, settings().token_encoding)
+        tc.record([span], plan, tokens, settings().token_encoding)
         span.end()
         return Response(orjson.dumps(answer) if plan.ask else data, status_code=upstream.status_code, headers=headers)
 
@@ -158,7 +158,7 @@ class Gateway:
             if span.is_recording():
                 self._describe(span, {"id": stream_tokens.response_id, "model": stream_tokens.response_model})
                 span.set_attribute(A.GEN_AI_OUTPUT_MESSAGES, orjson.dumps(["".join(stream_tokens.text)]).decode())
-                tc.record(span, plan, stream_tokens.result(), settings().token_encoding)
+                tc.record([span], plan, stream_tokens.result(), settings().token_encoding)
                 span.end()
 
         rewriter = tc.SSERewriter(stream_tokens, done)

@@ -22,13 +22,13 @@ from opentelemetry.trace import Span, SpanKind
 from wrapt import wrap_function_wrapper
 
 from tracerl.instrumentation import token_capture as tc
+from tracerl.instrumentation.processor import is_llm_span, llm_span_chain
 from tracerl.instrumentation.settings import settings
 from tracerl.schemas import attributes as A
 
 logger = logging.getLogger(__name__)
 
 PLAN_EXTENSION = "tracerl.plan"
-_LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 _installed = False
 
 
@@ -74,18 +74,10 @@ def _build_request(wrapped, instance, args, kwargs):
     return request
 
 
-def _is_llm_span(span: Span) -> bool:
-    """An LLM-call span of OpenLLMetry (or a peer), not an agent or tool span."""
-    attributes = getattr(span, "attributes", None)
-    if not span.is_recording() or not attributes:
-        return False
-    return attributes.get(A.GEN_AI_OPERATION) in _LLM_OPERATIONS or "llm.request.type" in attributes
-
-
 def _call_span(plan: tc.Plan, model: str | None) -> tuple[Span, bool]:
     """The span of this LLM call and whether tracerl owns (must end) it."""
     span = trace.get_current_span()
-    if _is_llm_span(span):
+    if span.is_recording() and is_llm_span(span):
         return span, False
     operation = "chat" if plan.kind == "chat" else "text_completion"
     attributes = {A.GEN_AI_OPERATION: operation, A.GEN_AI_SYSTEM: "openai"}
@@ -153,7 +145,7 @@ class _Capture:
             return
         self._finished = True
         if not error:
-            tc.record(self.span, self.plan, tokens, settings().token_encoding)
+            tc.record(llm_span_chain(self.span), self.plan, tokens, settings().token_encoding)
         if self.owned:
             if error:
                 self.span.set_status(trace.StatusCode.ERROR)

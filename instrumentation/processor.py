@@ -10,7 +10,8 @@ framework hooks (a LangGraph node, for instance), so every LLM call knows which
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 
 from opentelemetry import baggage, trace
 from opentelemetry.context import Context
@@ -29,6 +30,31 @@ _agent_name_resolvers: list[AgentNameResolver] = []
 def add_agent_name_resolver(resolver: AgentNameResolver) -> None:
     if resolver not in _agent_name_resolvers:
         _agent_name_resolvers.append(resolver)
+
+
+_LLM_OPERATIONS = frozenset({"chat", "text_completion", "completion", "generate_content"})
+_REQUEST_TYPE_KEYS = ("llm.request.type", "gen_ai.request.type")  # OpenLLMetry, agentops (older layouts)
+# LLM-call spans in flight, by span id: stacked instrumentations (OpenLLMetry inside
+# agentops, say) each open one for the same call, and each must get its tokens.
+_llm_spans: weakref.WeakValueDictionary[int, Span] = weakref.WeakValueDictionary()
+
+
+def is_llm_span(span: object) -> bool:
+    """An LLM-call span (OpenLLMetry, agentops, tracerl), not an agent or tool span."""
+    attributes = getattr(span, "attributes", None)
+    if not attributes:
+        return False
+    if attributes.get(A.GEN_AI_OPERATION) in _LLM_OPERATIONS:
+        return True
+    return any(attributes.get(key) in _LLM_OPERATIONS for key in _REQUEST_TYPE_KEYS)
+
+
+def llm_span_chain(span: Span) -> Iterator[Span]:
+    """``span`` and the LLM-call spans it is nested in, innermost first."""
+    while span is not None:
+        yield span
+        parent = getattr(span, "parent", None)
+        span = _llm_spans.get(parent.span_id) if parent is not None else None
 
 
 def _resolve_agent_name() -> str | None:
@@ -66,6 +92,8 @@ class TracerlSpanProcessor(SpanProcessor):
             name = self._inherited_agent_name(parent_context) or _resolve_agent_name()
             if name:
                 span.set_attribute(A.GEN_AI_AGENT_NAME, name)
+        if is_llm_span(span):
+            _llm_spans[span.context.span_id] = span
 
     @staticmethod
     def _inherited_agent_name(parent_context: Context | None) -> str | None:

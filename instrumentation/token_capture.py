@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -280,23 +280,26 @@ def missing_reason(plan: Plan, tokens: Tokens | None) -> str | None:
     return None
 
 
-def record(span: Span, plan: Plan, tokens: Tokens | None, encoding: str) -> None:
-    """Put ``tokens`` on ``span`` and count the call (with or without token ids)."""
+def record(spans: Iterable[Span], plan: Plan, tokens: Tokens | None, encoding: str) -> None:
+    """Count the call (with or without token ids) and put ``tokens`` on its ``spans``
+    (one per instrumentation layer that made a span for this call)."""
     reason = missing_reason(plan, tokens)
     STATS.add(reason)
-    if not span.is_recording():
-        return
+    attributes: dict[str, Any] = {}
     if tokens is not None:
         packed = encoding == "packed"
         if tokens.prompt_ids is not None:
-            span.set_attribute(A.PROMPT_TOKEN_IDS, pack_ids(tokens.prompt_ids) if packed else tokens.prompt_ids)
+            attributes[A.PROMPT_TOKEN_IDS] = pack_ids(tokens.prompt_ids) if packed else tokens.prompt_ids
         if tokens.completion_ids is not None:
             ids = tokens.completion_ids
-            span.set_attribute(A.COMPLETION_TOKEN_IDS, pack_ids(ids) if packed else ids)
+            attributes[A.COMPLETION_TOKEN_IDS] = pack_ids(ids) if packed else ids
         if tokens.logprobs is not None:
             lps = tokens.logprobs
-            span.set_attribute(A.COMPLETION_LOGPROBS, pack_floats(lps) if packed else lps)
+            attributes[A.COMPLETION_LOGPROBS] = pack_floats(lps) if packed else lps
         if tokens.policy_version is not None:
-            span.set_attribute(A.POLICY_VERSION, tokens.policy_version)
+            attributes[A.POLICY_VERSION] = tokens.policy_version
     if reason is not None:
-        span.set_attribute(A.TOKEN_IDS_MISSING, reason)
+        attributes[A.TOKEN_IDS_MISSING] = reason
+    for span in spans:
+        if span.is_recording():
+            span.set_attributes(attributes)

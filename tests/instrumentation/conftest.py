@@ -128,3 +128,15 @@ class Captured:
 @pytest.fixture()
 def captured(tmp_path: Path, server: ScriptedServer) -> Captured:
     return Captured(tmp_path, server.base_url)
+
+
+@pytest.fixture()
+def collector(tmp_path: Path):
+    """A real `tracerl collector` (OTLP/HTTP) on loopback, writing under tmp_path/collected."""
+    from tracerl.collector.server import CollectorServer, Endpoints
+    from tracerl.collector.service import CollectorConfig
+
+    out = tmp_path / "collected"
+    server = CollectorServer(CollectorConfig(out=str(out), flush_interval_s=0.2), Endpoints(http_port=0, grpc_port=None))
+    with server:
+        yield server

@@ -4,6 +4,8 @@ it, and token ids equal to what the server returned."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.slow]
@@ -136,3 +138,27 @@ def test_autogen_agent_names_from_autogen_core_spans(captured, server):
     assert "'writer'" in out
     check_calls(captured, server, ["researcher", "writer", "researcher"])
     assert server.calls[1].request["stream"] is True
+
+
+def test_agentops_spans_reach_a_tracerl_collector_with_exact_tokens(captured, server, collector, tmp_path, parquet_spans):
+    pytest.importorskip("agentops")
+    source = """
+        import os, agentops, openai
+        agentops.init(auto_start_session=True)  # no API key: nothing goes to agentops.ai
+        client = openai.OpenAI(base_url=os.environ["BASE_URL"])
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+        print("STREAMED", "".join(c.choices[0].delta.content or "" for c in stream if c.choices))
+        """
+    done = captured.tracerl_run(source, "--task-id", "ao-1", AGENTOPS_EXPORTER_ENDPOINT=f"{collector.http_url()}/v1/traces")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "STREAMED done after 1 messages" in done.stdout
+    deadline = time.monotonic() + 30
+    while len(calls := [r for r in parquet_spans(tmp_path / "collected") if r["request_model"]]) < 2:
+        assert time.monotonic() < deadline, "agentops spans did not reach the collector"
+        time.sleep(0.2)
+    assert [r["scope_name"] for r in calls] == ["openai", "openai"]  # agentops's own LLM spans
+    for row, truth in zip(calls, server.calls):
+        assert row["prompt_token_ids"] == truth.prompt_token_ids
+        assert row["completion_token_ids"] == truth.token_ids
+        assert row["task_id"] == "ao-1" and row["episode_id"]

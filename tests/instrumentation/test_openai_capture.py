@@ -82,32 +82,38 @@ def test_async_completions_are_captured(spans, server):
     assert_tokens_match(span, server.calls[0])
 
 
-def test_upstream_errors_reach_the_agent_unchanged_and_are_not_counted_as_calls(spans, server):
+@pytest.fixture()
+def stats(monkeypatch) -> token_capture.CaptureStats:
+    """A fresh call counter for this test (the process-wide one is left as it was)."""
+    fresh = token_capture.CaptureStats()
+    monkeypatch.setattr(token_capture, "STATS", fresh)
+    return fresh
+
+
+def test_upstream_errors_reach_the_agent_unchanged_and_are_not_counted_as_calls(spans, server, stats):
     client = openai.OpenAI(base_url=server.base_url, api_key="sk-x", max_retries=0)
-    before = (token_capture.STATS.with_tokens, sum(token_capture.STATS.missing.values()))
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         client.chat.completions.create(model="missing-model", messages=MESSAGES)
-    assert (token_capture.STATS.with_tokens, sum(token_capture.STATS.missing.values())) == before
+    assert (stats.with_tokens, sum(stats.missing.values())) == (0, 0)
 
 
-def test_a_call_without_token_ids_is_marked_and_counted(spans, server, monkeypatch):
+def test_a_call_without_token_ids_is_marked_and_counted(spans, server, stats, monkeypatch):
     from tracerl.instrumentation import settings as S
 
     monkeypatch.setenv("TRACERL_TOKEN_CAPTURE", "off")
     S.settings.cache_clear()
     try:
-        missing_before = sum(token_capture.STATS.missing.values())
         client = openai.OpenAI(base_url=server.base_url, api_key="sk-x")
         client.chat.completions.create(model="m", messages=MESSAGES)
     finally:
-        monkeypatch.undo()
+        monkeypatch.delenv("TRACERL_TOKEN_CAPTURE")
         S.settings.cache_clear()
     assert "return_token_ids" not in server.calls[0].request
     (span,) = llm_spans(spans)
     assert A.PROMPT_TOKEN_IDS not in span.attributes
     assert "TRACERL_TOKEN_CAPTURE=off" in span.attributes[A.TOKEN_IDS_MISSING]
-    assert sum(token_capture.STATS.missing.values()) == missing_before + 1
-    assert "have no exact token ids" in token_capture.STATS.report()
+    assert (stats.with_tokens, sum(stats.missing.values())) == (0, 1)
+    assert "1 of 1 LLM calls have no exact token ids" in stats.report()
 
 
 def test_hosted_apis_are_never_sent_vllm_fields():
@@ -116,3 +122,23 @@ def test_hosted_apis_are_never_sent_vllm_fields():
     assert "hosted API" in settings().why_not_ask_tokens("api.openai.com")
     assert "hosted API" in settings().why_not_ask_tokens("myres.openai.azure.com")
     assert settings().why_not_ask_tokens("127.0.0.1") is None and settings().why_not_ask_tokens("vllm.internal") is None
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [({"OTEL_TRACES_EXPORTER": "tracerl"}, "array"), ({"OTEL_TRACES_EXPORTER": "otlp"}, "packed"),
+     ({"OTEL_TRACES_EXPORTER": "otlp", "TRACERL_TOKEN_ENCODING": "array"}, "array"), ({}, "array")],
+)
+def test_tokens_are_packed_only_when_spans_leave_the_process_over_otlp(monkeypatch, env, expected):
+    from tracerl.instrumentation import settings as S
+
+    monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
+    monkeypatch.delenv("TRACERL_TOKEN_ENCODING", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    S.settings.cache_clear()
+    try:
+        assert S.settings().token_encoding == expected
+    finally:
+        monkeypatch.undo()
+        S.settings.cache_clear()

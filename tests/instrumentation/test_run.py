@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,15 @@ def test_a_missing_command_is_a_clear_error(tmp_path: Path):
     assert done.returncode == 127 and "command not found: 'no-such-program-xyz'" in done.stderr
     done = subprocess.run([tracerl, "run"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "300"})
     assert done.returncode == 2 and "give the command to run after `--`" in done.stderr
+
+
+def test_spans_can_go_over_otlp_to_a_collector_with_packed_tokens(captured, server, collector, tmp_path, parquet_spans):
+    done = captured.tracerl_run(AGENT, "--otlp", f"{collector.http_url()}/v1/traces", "--task-id", "otlp-1")
+    assert done.returncode == 0, done.stderr
+    assert not captured.rows()  # nothing went to the embedded Parquet sink
+    deadline = time.monotonic() + 30
+    while len(calls := [r for r in parquet_spans(tmp_path / "collected") if r["request_model"]]) < 2:
+        assert time.monotonic() < deadline, "spans did not reach the collector"
+        time.sleep(0.2)
+    assert [r["completion_token_ids"] for r in calls] == [c.token_ids for c in server.calls]
+    assert {r["task_id"] for r in calls} == {"otlp-1"}
