@@ -44,6 +44,8 @@ _TOOL_OUTPUT = (
     "attr(attributes, 'traceloop.entity.output'), ''))"
 )
 
+# The cheap LIKE tests come first: DuckDB then parses the attribute JSON only of the
+# few spans that can match, which keeps the defaults cheap on a million spans.
 DEFAULT_RULES = (
     # a tool span that ends in error penalises the call that requested the tool
     Rule("tool_error", "is_tool AND status_code = 'ERROR'", -0.1, "requesting_call"),
@@ -53,23 +55,25 @@ DEFAULT_RULES = (
         "coalesce(status_code, '') <> 'ERROR' AND ("
         "(is_tool AND lower(coalesce(attr(attributes, 'gen_ai.tool.name'), name)) LIKE '%sql%' "
         f"AND regexp_matches({_TOOL_OUTPUT}, '(^|[^a-z])(error|exception)')) "
-        "OR (coalesce(attr(attributes, 'db.system'), attr(attributes, 'db.system.name')) IS NOT NULL "
-        "AND attr(attributes, 'error.type') IS NOT NULL))",
+        "OR (attributes LIKE '%\"db.system%' AND attributes LIKE '%\"error.type\"%' "
+        "AND coalesce(attr(attributes, 'db.system'), attr(attributes, 'db.system.name')) IS NOT NULL))",
         -0.1,
         "requesting_call",
     ),
     # an LLM output whose tool-call arguments are not the JSON they claim to be
     Rule(
         "invalid_tool_call",
-        "is_llm AND list_bool_or(list_transform(tool_call_arguments(attributes), lambda x: NOT coalesce(json_valid(x), false)))",
+        "is_llm AND attributes LIKE '%tool_call%' "
+        "AND list_bool_or(list_transform(tool_call_arguments(attributes), lambda x: NOT coalesce(json_valid(x), false)))",
         -0.1,
         "self",
     ),
     # any span that timed out (tool, sub-agent, or an LLM call of the environment)
     Rule(
         "timeout",
-        "regexp_matches(lower(coalesce(status_message, '') || ' ' || coalesce(attr(attributes, 'error.type'), '')), "
-        "'time[d ]?out|timeouterror') OR coalesce(events, '') LIKE '%TimeoutError%'",
+        "regexp_matches(lower(coalesce(status_message, '')), 'time[d ]?out') "
+        "OR (attributes LIKE '%imeout%' AND regexp_matches(lower(coalesce(attr(attributes, 'error.type'), '')), 'timeout')) "
+        "OR coalesce(events, '') LIKE '%TimeoutError%'",
         -0.1,
         "requesting_call",
     ),
@@ -111,22 +115,32 @@ def rules_as_dicts(rules: list[Rule]) -> list[dict]:
 def air_rewards_sql(con: duckdb.DuckDBPyConnection, rules: list[Rule]) -> str | None:
     """A SELECT of reward rows (episode_id, time_ns, name, value, source, ...) the rules produce.
 
-    Each predicate is checked once here, so a typo fails with the rule's name instead of
-    deep inside the build.
+    All predicates are evaluated in one pass over the spans into table ``air_hits``
+    (one boolean per rule), so more rules do not mean more scans. Each predicate is
+    first checked alone, so a typo fails with the rule's name.
     """
     if not rules:
         return None
-    parts = []
     for rule in rules:
         try:
             con.execute(f"SELECT count(*) FROM (SELECT * FROM spans LIMIT 0) WHERE {rule.where}")
         except duckdb.Error as exc:
             raise PipelineInputError(f"AIR rule {rule.name!r}: its predicate is not valid SQL over `spans`: {exc}") from exc
+    flags = ", ".join(f"coalesce(({rule.where}), false)" for rule in rules)
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE air_hits AS
+        SELECT episode_id, trace_id, span_id, start_time_unix_nano, end_time_unix_nano, [{flags}] AS hits
+        FROM spans WHERE {" OR ".join(f"({rule.where})" for rule in rules)}
+        """
+    )
+    parts = []
+    for i, rule in enumerate(rules, start=1):
         time = {"requesting_call": "start_time_unix_nano", "self": "end_time_unix_nano", "episode_end": "NULL"}[rule.target]
         name = "'air." + rule.name.replace("'", "''") + "'"
         parts.append(
-            f"SELECT DISTINCT episode_id, {time}::BIGINT AS time_ns, {name} AS name, {float(rule.value)!r}::DOUBLE AS value, "
+            f"SELECT episode_id, {time}::BIGINT AS time_ns, {name} AS name, {float(rule.value)!r}::DOUBLE AS value, "
             f"'air' AS source, trace_id AS origin_trace_id, span_id AS origin_span_id, NULL::VARCHAR AS response_id "
-            f"FROM spans WHERE ({rule.where})"
+            f"FROM air_hits WHERE hits[{i}]"
         )
     return " UNION ALL ".join(parts)

@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -138,7 +139,7 @@ def _choose(con: duckdb.DuckDBPyConnection, options: BuildOptions) -> None:
     calls = con.sql(
         """
         SELECT p.episode_id, p.task_id, p.split, p.agent_name, p.step, p.policy_version, p.trace_id, p.span_id,
-               p.response_id, p.src_trace_id, p.src_span_id, p.content_layout, p.has_tokens,
+               p.response_id, p.file_index, p.file_row, p.content_layout, p.has_tokens,
                coalesce(r.reward, 0.0) AS reward
         FROM policy_calls p
         JOIN rewarded_episodes USING (episode_id)
@@ -245,9 +246,9 @@ def build_dataset(
             _clear_previous(out_dir)
         total = analysis.counts["transitions"]
         progress("writing transitions", total)
-        dedupe = analysis.counts["spans"]["rows"] != analysis.counts["spans"]["distinct"]
+        dropped: Counter = Counter()
         paths, rows = write_dataset(
-            dataset_tables(con, dedupe=dedupe, trajectory=opts.trajectory),
+            dataset_tables(con, analysis.files.files, trajectory=opts.trajectory, skipped=dropped),
             str(out_dir), on_rows or (lambda n: None),
         )
         episodes_done = con.sql("SELECT DISTINCT episode_id FROM chosen ORDER BY 1").to_arrow_table()
@@ -262,6 +263,11 @@ def build_dataset(
         progress("exporting", None)
         exported = export(out_dir, opts.exports)
     counts = analysis.counts
+    skipped = counts["llm_calls"]["skipped"]
+    for reason, n in dropped.items():
+        skipped[reason] = skipped.get(reason, 0) + n
+        counts["transitions"] -= n
+    counts["llm_calls"]["skipped"] = dict(sorted(skipped.items()))
     counts["rows_written"] = rows
     manifest = {
         "tracerl_version": tracerl.__version__,

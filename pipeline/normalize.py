@@ -27,7 +27,7 @@ EXTRACTED = {
     "agentops_kind": "agentops.span.kind",
     "traceloop_kind": "traceloop.span.kind",
     "tool_name": "gen_ai.tool.name",
-    "input_messages": A.GEN_AI_INPUT_MESSAGES,
+    "input_messages": A.GEN_AI_INPUT_MESSAGES,  # only tested for presence: text stays in the files
     "output_messages": A.GEN_AI_OUTPUT_MESSAGES,
     "attr_reward_value": A.REWARD_VALUE,
     "attr_reward_name": A.REWARD_NAME,
@@ -44,11 +44,12 @@ FLAT_CONTENT = (
 MACROS = """
 CREATE OR REPLACE MACRO attr(a, k) AS json_extract_string(a, '$."' || k || '"');
 CREATE OR REPLACE MACRO tool_call_arguments(a) AS list_concat(
-    coalesce(json_extract_string(attr(a, 'gen_ai.output.messages'), '$[*].parts[*].arguments'), []),
-    list_transform(
+    CASE WHEN a LIKE '%"tool_call"%' THEN
+        coalesce(json_extract_string(attr(a, 'gen_ai.output.messages'), '$[*].parts[*].arguments'), []) END,
+    CASE WHEN a LIKE '%.tool_calls.%' THEN list_transform(
         list_filter(json_keys(a), lambda k: regexp_matches(k,
             '^(gen_ai\\.completion\\.\\d+\\.tool_calls\\.\\d+\\.arguments|llm\\.output_messages\\.\\d+\\.message\\.tool_calls\\.\\d+\\.tool_call\\.function\\.arguments)$')),
-        lambda k: attr(a, k)));
+        lambda k: attr(a, k)) END);
 """
 
 
@@ -61,7 +62,9 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(MACROS)
     names = list(EXTRACTED)
     paths = "[" + ", ".join(_sql_str(f'$."{EXTRACTED[n]}"') for n in names) + "]"
-    picked = ", ".join(f"x[{i + 1}] AS {name}" for i, name in enumerate(names))
+    at = {name: f"x[{i + 1}]" for i, name in enumerate(names)}  # DuckDB lists are 1-based
+    text_only = ("input_messages", "output_messages", "attr_reward_value", "attr_reward_name")
+    picked = ", ".join(f"{at[name]} AS {name}" for name in names if name not in text_only)
     ops = ", ".join(_sql_str(o) for o in LLM_OPERATIONS)
     con.execute(
         f"""
@@ -69,20 +72,34 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
         SELECT trace_id, span_id, parent_span_id, name, start_time_unix_nano AS start_ns,
                end_time_unix_nano AS end_ns, status_code, status_message,
                episode_id AS episode_attr, task_id, split, agent_name, policy_version, response_id,
-               request_model, completion_token_ids IS NOT NULL AS has_completion,
-               prompt_token_ids IS NOT NULL AND completion_token_ids IS NOT NULL AS has_tokens,
-               coalesce(len(completion_token_ids), 0) AS n_response,
-               coalesce(reward_value, TRY_CAST(x[{names.index('attr_reward_value') + 1}] AS DOUBLE)) AS reward_value,
-               coalesce(reward_name, x[{names.index('attr_reward_name') + 1}]) AS reward_name,
+               request_model,
+               -- only the (short) completion column is tested here: testing the prompt column
+               -- would decode every prompt token; a missing prompt is caught when writing
+               completion_token_ids IS NOT NULL AS has_tokens,
+               coalesce(reward_value, TRY_CAST({at['attr_reward_value']} AS DOUBLE)) AS reward_value,
+               coalesce(reward_name, {at['attr_reward_name']}) AS reward_name,
                {picked},
-               ({FLAT_CONTENT}) AS flat_content,
-               CASE WHEN events LIKE '%"{A.REWARD_EVENT_NAME}"%' THEN events END AS reward_events
+               {at['input_messages']} IS NOT NULL OR {at['output_messages']} IS NOT NULL AS has_messages,
+               CASE WHEN {at['input_messages']} IS NULL AND {at['output_messages']} IS NULL
+                    THEN ({FLAT_CONTENT}) ELSE false END AS flat_content,
+               CASE WHEN events LIKE '%"{A.REWARD_EVENT_NAME}"%' THEN events END AS reward_events,
+               file_index, file_row
         FROM (SELECT *, json_extract_string(attributes, {paths}) AS x FROM raw_spans)
-        QUALIFY row_number() OVER (
-            PARTITION BY trace_id, span_id ORDER BY completion_token_ids IS NOT NULL DESC, end_time_unix_nano DESC
-        ) = 1
         """
     )
+    duplicates = con.execute(
+        "SELECT count(*) - count(DISTINCT hash(trace_id, span_id)) FROM span_meta_raw"
+    ).fetchall()[0][0]
+    if duplicates:
+        # the same span delivered twice (exporter retry, collector redelivery): keep one copy,
+        # the one with token ids if only one has them
+        con.execute(
+            """
+            CREATE OR REPLACE TEMP TABLE span_meta_raw AS SELECT * FROM span_meta_raw
+            QUALIFY row_number() OVER (
+                PARTITION BY trace_id, span_id ORDER BY has_tokens DESC, end_ns DESC, file_index, file_row) = 1
+            """
+        )
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE span_meta AS
@@ -94,7 +111,7 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
         SELECT s.*,
                coalesce(s.episode_attr, t.episode, s.trace_id) AS episode_id,
                s.name NOT IN ('{A.REWARD_SPAN_NAME}', '{A.EPISODE_SPAN_NAME}') AND (
-                   s.has_completion
+                   s.has_tokens
                    OR s.gen_ai_operation IN ({ops})
                    OR s.llm_request_type IN ('chat', 'completion')
                    OR upper(s.openinference_kind) = 'LLM'
@@ -107,7 +124,7 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
                 OR lower(s.traceloop_kind) = 'tool' OR lower(s.agentops_kind) = 'tool'
                 OR s.tool_name IS NOT NULL) AS is_tool,
                CASE
-                   WHEN s.input_messages IS NOT NULL OR s.output_messages IS NOT NULL THEN 'gen_ai.messages'
+                   WHEN s.has_messages THEN 'gen_ai.messages'
                    WHEN s.flat_content THEN 'flattened'
                    ELSE 'none'
                END AS content_layout
@@ -120,7 +137,7 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
 def build_llm_calls(con: duckdb.DuckDBPyConnection) -> None:
     """Table ``llm_calls``: one row per distinct LLM call (merged by response id).
 
-    ``src_trace_id``/``src_span_id`` name the span whose token ids and messages are used.
+    ``file_index``/``file_row`` locate the span whose token ids and messages are used.
     """
     con.execute(
         """
@@ -148,9 +165,9 @@ def build_llm_calls(con: duckdb.DuckDBPyConnection) -> None:
             call_episode_id AS episode_id, trace_id, span_id, parent_span_id, name,
             start_ns, end_ns, status_code, call_agent AS agent_name,
             call_policy_version AS policy_version, response_id, request_model,
-            has_tokens, n_response, content_layout, copies,
+            has_tokens, content_layout, copies,
             coalesce(gen_ai_system, gen_ai_provider) AS system,
-            trace_id AS src_trace_id, span_id AS src_span_id
+            file_index, file_row
         FROM ranked WHERE rank_in_key = 1
         """
     )

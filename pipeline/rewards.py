@@ -20,7 +20,7 @@ def register_spans_view(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(
         """
         CREATE OR REPLACE VIEW spans AS
-        SELECT r.* REPLACE (m.episode_id AS episode_id), m.is_llm, m.is_tool
+        SELECT r.* EXCLUDE (file_index, file_row) REPLACE (m.episode_id AS episode_id), m.is_llm, m.is_tool
         FROM raw_spans r JOIN span_meta m USING (trace_id, span_id)
         """
     )

@@ -111,9 +111,14 @@ def register_raw_spans(con: duckdb.DuckDBPyConnection, files: list[str]) -> None
     """View ``raw_spans``: all span files, columns unified by name to ``SPANS_SCHEMA``.
 
     Files written by older writers may lack newer promoted columns; they read as NULL.
+    ``file_index`` (position in ``files``) and ``file_row`` locate each row, so the
+    writer can later read the token arrays of exactly the rows it needs.
     """
     if not files:
-        con.execute(f"CREATE OR REPLACE VIEW raw_spans AS {_empty_select(SPANS_SCHEMA)}")
+        con.execute(
+            f"CREATE OR REPLACE VIEW raw_spans AS SELECT *, NULL::INTEGER AS file_index, NULL::BIGINT AS file_row "
+            f"FROM ({_empty_select(SPANS_SCHEMA)})"
+        )
         return
     present = set()
     for f in files:
@@ -121,9 +126,12 @@ def register_raw_spans(con: duckdb.DuckDBPyConnection, files: list[str]) -> None
     cols = ", ".join(
         f'"{fld.name}"' if fld.name in present else f'NULL AS "{fld.name}"' for fld in SPANS_SCHEMA
     )
+    con.execute("CREATE OR REPLACE TEMP TABLE span_files (file_index INTEGER, filename VARCHAR)")
+    con.executemany("INSERT INTO span_files VALUES (?, ?)", list(enumerate(files)))
     con.execute(
-        f"CREATE OR REPLACE VIEW raw_spans AS SELECT {cols} "
-        f"FROM read_parquet({_sql_list(files)}, union_by_name = true)"
+        f"CREATE OR REPLACE VIEW raw_spans AS SELECT {cols}, f.file_index, file_row_number AS file_row "
+        f"FROM read_parquet({_sql_list(files)}, union_by_name = true, filename = true, file_row_number = true) "
+        f"JOIN span_files f USING (filename)"
     )
 
 

@@ -1,19 +1,26 @@
 """Fetch the token arrays and messages of the chosen calls and write the dataset files.
 
-The light per-call table ``chosen`` (credit already assigned) is joined with the span files in
-DuckDB and streamed out in record batches sorted by (episode, step), so memory holds
-one batch of token arrays at a time, whatever the size of the input. Files are
-written with :func:`tracerl.storage.write_parquet_atomic` as ``OUT/transitions-*.parquet``.
+The light per-call table ``chosen`` (credit assigned) says, for every transition, which
+file and row hold its span. Span files are visited once, in order; each contributes the
+token arrays of its chosen rows (read with pyarrow, which decodes Parquet lists far
+faster than any row-wise path). An episode is emitted as soon as the last file holding
+one of its calls has been read, so memory holds only the episodes that straddle the
+current file. Rows come out ordered by (that file, episode, step): the same input gives
+the same rows in the same order. Files are written with
+:func:`tracerl.storage.write_parquet_atomic` as ``OUT/transitions-*.parquet``.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from tracerl.pipeline.messages import messages_json
 from tracerl.pipeline.trajectory import merge_trajectories
@@ -21,21 +28,15 @@ from tracerl.schemas import DATASET_SCHEMA
 from tracerl.schemas import attributes as A
 from tracerl.storage import write_parquet_atomic
 
-BATCH_ROWS = 32_768
 FILE_ROWS = 131_072
-
-_QUERY = f"""
-SELECT t.episode_id, t.task_id, t.split, t.agent_name, t.step::INTEGER AS step,
-       s.prompt_token_ids, s.completion_token_ids AS response_token_ids,
-       s.completion_logprobs AS response_logprobs,
-       t.reward, t."return", t.advantage, t.policy_version, t.trace_id, t.span_id, t.response_id,
-       json_extract_string(s.attributes, '$."{A.GEN_AI_INPUT_MESSAGES}"') AS input_messages,
-       json_extract_string(s.attributes, '$."{A.GEN_AI_OUTPUT_MESSAGES}"') AS output_messages,
-       CASE WHEN t.content_layout = 'flattened' THEN s.attributes END AS flat_attributes
-FROM chosen t JOIN raw_spans s ON s.trace_id = t.src_trace_id AND s.span_id = t.src_span_id
-{{dedupe}}
-ORDER BY t.episode_id, t.step
-"""
+# token lists do not repeat: trying a dictionary for them costs time and space
+_WRITE_OPTIONS = {"use_dictionary": ["episode_id", "task_id", "split", "agent_name", "trace_id"], "write_statistics": ["episode_id", "step"]}
+_SPAN_COLUMNS = ("prompt_token_ids", "completion_token_ids", "completion_logprobs", "attributes")
+_RENAMED = {"completion_token_ids": "response_token_ids", "completion_logprobs": "response_logprobs"}
+_SPAN_TYPES = {
+    "prompt_token_ids": pa.list_(pa.int32()), "completion_token_ids": pa.list_(pa.int32()),
+    "completion_logprobs": pa.list_(pa.float32()), "attributes": pa.string(),
+}
 
 
 def _ones_like_lists(lists: pa.ListArray) -> pa.ListArray:
@@ -45,80 +46,126 @@ def _ones_like_lists(lists: pa.ListArray) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.ones(int(offsets[-1]), dtype=np.int8)))
 
 
-def _fill_flat_messages(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """Rebuild messages of calls recorded in a flattened layout (OpenLLMetry, OpenInference)."""
-    flat = batch.column("flat_attributes")
-    if flat.null_count == len(flat):
-        return batch.drop_columns(["flat_attributes"])
-    inputs = batch.column("input_messages").to_pylist()
-    outputs = batch.column("output_messages").to_pylist()
-    for i, attrs in enumerate(flat.to_pylist()):
-        if attrs is not None:
-            inputs[i], outputs[i] = messages_json(attrs)
-    names = batch.schema.names
-    batch = batch.set_column(names.index("input_messages"), "input_messages", pa.array(inputs, pa.string()))
-    batch = batch.set_column(names.index("output_messages"), "output_messages", pa.array(outputs, pa.string()))
-    return batch.drop_columns(["flat_attributes"])
+def _messages(con: duckdb.DuckDBPyConnection, part: pa.Table) -> tuple[pa.Array, pa.Array]:
+    """Input and output message JSON of each row: the GenAI JSON attributes, else rebuilt from a flattened layout."""
+    con.register("writer_part", part.select(["attributes"]))
+    try:
+        found = con.sql(
+            f"""SELECT json_extract_string(attributes, '$."{A.GEN_AI_INPUT_MESSAGES}"') AS i,
+                       json_extract_string(attributes, '$."{A.GEN_AI_OUTPUT_MESSAGES}"') AS o FROM writer_part"""
+        ).to_arrow_table()
+    finally:
+        con.unregister("writer_part")
+    inputs, outputs = found.column("i"), found.column("o")
+    flat = part.column("content_layout").to_numpy(zero_copy_only=False) == "flattened"
+    if flat.any():
+        ins, outs = inputs.to_pylist(), outputs.to_pylist()
+        attributes = part.column("attributes")
+        for i in np.flatnonzero(flat):
+            ins[i], outs[i] = messages_json(attributes[int(i)].as_py())
+        inputs, outputs = pa.array(ins, pa.string()), pa.array(outs, pa.string())
+    return inputs, outputs
 
 
-def _to_dataset(batch: pa.RecordBatch) -> pa.Table:
-    batch = _fill_flat_messages(batch)
-    logprobs = batch.column("response_logprobs")
+def _read_rows(con: duckdb.DuckDBPyConnection, path: str, meta: pa.Table) -> pa.Table:
+    """``meta`` rows joined with their span's token arrays and messages from ``path``."""
+    present = set(pq.read_schema(path).names)
+    spans = pq.read_table(path, columns=[c for c in _SPAN_COLUMNS if c in present]).take(meta.column("file_row"))
+    for name in _SPAN_COLUMNS:
+        column = spans.column(name) if name in present else pa.nulls(len(meta), _SPAN_TYPES[name])
+        meta = meta.append_column(_RENAMED.get(name, name), column)
+    inputs, outputs = _messages(con, meta)
+    return meta.append_column("input_messages", inputs).append_column("output_messages", outputs)
+
+
+def _to_dataset(table: pa.Table, skipped: Counter) -> pa.Table:
+    """Rows in dataset shape: response mask of ones, log-probs that do not match the response dropped.
+
+    A call whose span has completion ids but no prompt ids cannot be trained on: it is
+    dropped here and counted (the earlier stages test only the completion column).
+    """
+    no_prompt = table.column("prompt_token_ids").null_count
+    if no_prompt:
+        skipped["no_token_ids"] += no_prompt
+        table = table.filter(pc.is_valid(table.column("prompt_token_ids")))
+    logprobs = table.column("response_logprobs")
     # log-probs that do not match the response are unusable for importance ratios
     bad = pc.fill_null(
-        pc.not_equal(pc.list_value_length(logprobs), pc.list_value_length(batch.column("response_token_ids"))), False
+        pc.not_equal(pc.list_value_length(logprobs), pc.list_value_length(table.column("response_token_ids"))), False
     )
     if pc.any(bad).as_py():
-        logprobs = pc.if_else(bad, pa.nulls(len(batch), logprobs.type), logprobs)
-        batch = batch.set_column(batch.schema.names.index("response_logprobs"), "response_logprobs", logprobs)
-    table = pa.Table.from_batches([batch]).append_column(
-        "response_mask", _ones_like_lists(batch.column("response_token_ids"))
-    )
+        fixed = pc.if_else(bad, pa.nulls(len(table), logprobs.type), logprobs)
+        table = table.set_column(table.schema.get_field_index("response_logprobs"), "response_logprobs", fixed)
+    table = table.append_column("response_mask", _ones_like_lists(table.column("response_token_ids")))
     return table.select(DATASET_SCHEMA.names).cast(DATASET_SCHEMA)
 
 
 def dataset_tables(
-    con: duckdb.DuckDBPyConnection, *, dedupe: bool, trajectory: bool
+    con: duckdb.DuckDBPyConnection, files: list[str], *, trajectory: bool, skipped: Counter
 ) -> Iterator[pa.Table]:
-    """Dataset tables (about ``BATCH_ROWS`` rows each, in (episode, step) order) of the ``chosen`` calls."""
-    dedupe_sql = (
-        "QUALIFY row_number() OVER (PARTITION BY t.episode_id, t.step ORDER BY s.end_time_unix_nano DESC) = 1"
-        if dedupe else ""
-    )
-    reader = con.sql(_QUERY.format(dedupe=dedupe_sql)).to_arrow_reader(BATCH_ROWS)
-    if not trajectory:
-        for batch in reader:
-            yield _to_dataset(batch)
-        return
-    # merging never crosses an episode, so hold back the last episode of a batch until the next
-    pending: list[dict] = []
-    for batch in reader:
-        rows = pending + _to_dataset(batch).to_pylist()
-        if not rows:
-            continue
-        last = rows[-1]["episode_id"]
-        cut = next(i for i, row in enumerate(rows) if row["episode_id"] == last)
-        ready, pending = rows[:cut], rows[cut:]
-        if ready:
-            yield pa.Table.from_pylist(list(merge_trajectories(ready)), schema=DATASET_SCHEMA)
-    if pending:
-        yield pa.Table.from_pylist(list(merge_trajectories(pending)), schema=DATASET_SCHEMA)
+    """Dataset tables of the ``chosen`` calls, one per span file that completes episodes.
+
+    Calls dropped while writing are counted in ``skipped`` by reason.
+    """
+    meta = con.sql(
+        """SELECT * FROM (SELECT *, max(file_index) OVER (PARTITION BY episode_id) AS ready_at FROM chosen)
+           ORDER BY ready_at, episode_id, step"""
+    ).to_arrow_table()
+    meta = meta.append_column("pos", pa.array(np.arange(meta.num_rows, dtype=np.int64)))
+    file_index = meta.column("file_index").to_numpy()
+    pending: list[pa.Table] = []  # rows read already whose episode also has calls in a later file
+    for current in np.unique(file_index):
+        # rows of this file, taken in output order (pos), so a file that completes all its
+        # episodes needs no reordering
+        part = _read_rows(con, files[int(current)], meta.filter(pa.array(file_index == current)))
+        later = part.column("ready_at").to_numpy() > current
+        if later.any():
+            pending.append(part.filter(pa.array(later)))
+            part = part.filter(pa.array(~later))
+        if pending:
+            waiting = pa.concat_tables(pending)
+            now = waiting.column("ready_at").to_numpy() == current
+            if now.any():
+                pending = [waiting.filter(pa.array(~now))] if (~now).any() else []
+                part = pa.concat_tables([waiting.filter(pa.array(now)), part])
+                part = part.take(pc.sort_indices(part.column("pos")))
+        if part.num_rows:
+            table = _to_dataset(part, skipped)
+            if trajectory:
+                table = pa.Table.from_pylist(list(merge_trajectories(table.to_pylist())), schema=DATASET_SCHEMA)
+            yield table
 
 
 def write_dataset(
     tables: Iterator[pa.Table], out: str, on_rows: Callable[[int], None] = lambda n: None
 ) -> tuple[list[str], int]:
-    """Write the tables as ``out/transitions-*.parquet`` of up to ``FILE_ROWS`` rows; return paths and rows."""
-    paths, buffered, total = [], [], 0
-    size = 0
-    for table in tables:
-        buffered.append(table)
-        size += table.num_rows
-        total += table.num_rows
-        on_rows(table.num_rows)
-        if size >= FILE_ROWS:
-            paths.append(write_parquet_atomic(pa.concat_tables(buffered), out, prefix="transitions"))
-            buffered, size = [], 0
-    if buffered and size:
-        paths.append(write_parquet_atomic(pa.concat_tables(buffered), out, prefix="transitions"))
+    """Write the tables as ``out/transitions-*.parquet`` of up to ``FILE_ROWS`` rows; return paths and rows.
+
+    Compressing and writing a file (pyarrow releases the GIL) overlaps with reading the
+    next span files; at most one file is being written while the next is assembled.
+    """
+    paths: list[str] = []
+    buffered: list[pa.Table] = []
+    size = total = 0
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        writing: Future | None = None
+
+        def flush() -> Future:
+            if writing is not None:
+                paths.append(writing.result())
+            table = pa.concat_tables(buffered)
+            return pool.submit(write_parquet_atomic, table, out, prefix="transitions", **_WRITE_OPTIONS)
+
+        for table in tables:
+            buffered.append(table)
+            size += table.num_rows
+            total += table.num_rows
+            on_rows(table.num_rows)
+            if size >= FILE_ROWS:
+                writing = flush()
+                buffered, size = [], 0
+        if size:
+            writing = flush()
+        if writing is not None:
+            paths.append(writing.result())
     return paths, total

@@ -12,6 +12,7 @@ import os
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -44,8 +45,12 @@ def write_parquet_atomic(
     prefix: str,
     partition: str | None = None,
     compression: str = "zstd",
+    **write_options: Any,
 ) -> str:
-    """Write ``table`` as one new immutable file under ``root[/partition]``; return its path."""
+    """Write ``table`` as one new immutable file under ``root[/partition]``; return its path.
+
+    ``write_options`` go to :func:`pyarrow.parquet.write_table` (e.g. ``use_dictionary``).
+    """
     fs, base = resolve(root)
     folder = f"{base}/{partition}" if partition else base
     name = new_file_name(prefix)
@@ -54,7 +59,7 @@ def write_parquet_atomic(
         os.makedirs(folder, exist_ok=True)
         tmp = f"{folder}/.{name}.tmp"
         with open(tmp, "wb") as handle:
-            pq.write_table(table, handle, compression=compression)
+            pq.write_table(table, handle, compression=compression, **write_options)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, final)
@@ -62,7 +67,7 @@ def write_parquet_atomic(
     else:
         fs.create_dir(folder, recursive=True)
         with fs.open_output_stream(final) as stream:
-            pq.write_table(table, stream, compression=compression)
+            pq.write_table(table, stream, compression=compression, **write_options)
     return final
 
 
