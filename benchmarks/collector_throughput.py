@@ -53,6 +53,12 @@ class Result:
     seconds: float
     latencies: list[float]
     refused: int = 0
+    cpu_seconds: float = float("nan")  # of the receiving process(es) during the run
+
+    @property
+    def per_core(self) -> float:
+        """Spans per CPU-second of the receiver: what one uncontended core would sustain."""
+        return self.spans / self.cpu_seconds if self.cpu_seconds else float("nan")
 
     @property
     def rate(self) -> float:
@@ -63,9 +69,29 @@ class Result:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else float("nan")
 
 
+def cpu_seconds(pid: int, descendants: bool = True) -> float:
+    """User + system CPU time of a process (all threads) and, optionally, its descendants (Linux)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            if descendants:
+                for task in Path(f"/proc/{current}/task").iterdir():
+                    todo += [int(child) for child in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
+    return total
+
+
 def closed_loop(name: str, send: Callable[[int, int], float | None], batches: int, batch: int,
-                clients: int, duration: float) -> Result:
-    """``send(client, batch_index)`` returns seconds to wait before a retry (refused) or None (acknowledged)."""
+                clients: int, duration: float, receiver: tuple[int, bool] | None = None) -> Result:
+    """``send(client, batch_index)`` returns seconds to wait before a retry (refused) or None (acknowledged).
+
+    ``receiver`` = (pid, with descendants) whose CPU time is measured over the run."""
+    cpu_before = cpu_seconds(*receiver) if receiver else 0.0
     latencies: list[list[float]] = [[] for _ in range(clients)]
     refused = [0] * clients
     stop = time.monotonic() + duration
@@ -90,7 +116,8 @@ def closed_loop(name: str, send: Callable[[int, int], float | None], batches: in
         t.join()
     elapsed = time.monotonic() - started
     flat = [x for per in latencies for x in per]
-    return Result(name, len(flat) * batch, elapsed, flat, sum(refused))
+    cpu = cpu_seconds(*receiver) - cpu_before if receiver else float("nan")
+    return Result(name, len(flat) * batch, elapsed, flat, sum(refused), cpu)
 
 
 def http_sender(port: int, clients: int, bodies: list[bytes]) -> Callable[[int, int], float | None]:
@@ -223,9 +250,9 @@ def main() -> None:
         try:
             warm = closed_loop("warm-up", http_sender(http_port, 1, bodies), n, args.batch, 1, 1.0)
             results.append(closed_loop("tracerl collector, OTLP/HTTP protobuf", http_sender(http_port, args.clients, bodies),
-                                       n, args.batch, args.clients, args.duration))
+                                       n, args.batch, args.clients, args.duration, (proc.pid, True)))
             results.append(closed_loop("tracerl collector, OTLP/gRPC", grpc_sender(grpc_port, args.clients, bodies),
-                                       n, args.batch, args.clients, args.duration))
+                                       n, args.batch, args.clients, args.duration, (proc.pid, True)))
         finally:
             stop(proc)
         acked = warm.spans + sum(r.spans for r in results)
@@ -238,21 +265,26 @@ def main() -> None:
             if exporter.export(chunks[i]) is not SpanExportResult.SUCCESS:
                 raise RuntimeError("in-process export failed")
 
-        results.append(closed_loop("(a) in-process ParquetSpanExporter", export_in_process, n, args.batch, 1, args.duration))
+        results.append(closed_loop("(a) in-process ParquetSpanExporter", export_in_process, n, args.batch, 1, args.duration,
+                                   (os.getpid(), False)))
 
         if agl_proc is not None:
             closed_loop("warm-up", http_sender(agl_port, 1, bodies), n, args.batch, 1, 1.0)
             results.append(closed_loop("(b) agentlightning 0.3.0 store, OTLP/HTTP", http_sender(agl_port, args.clients, bodies),
-                                       n, args.batch, args.clients, args.duration))
+                                       n, args.batch, args.clients, args.duration, (agl_proc.pid, True)))
     finally:
         if agl_proc is not None:
             stop(agl_proc)
         shutil.rmtree(tmp, ignore_errors=True)
 
     base = results[0].rate
-    print(f"\n{'target':44s} {'spans/s':>10s} {'vs tracerl HTTP':>16s} {'p50 ms':>8s} {'p99 ms':>8s} {'refused':>8s}")
+    print(f"load average after the run: {os.getloadavg()[0]:.1f} (other processes on these {os.cpu_count()} CPUs "
+          "slow everything; spans per receiver CPU-second is the contention-free figure)")
+    print(f"\n{'target':44s} {'spans/s':>10s} {'vs tracerl HTTP':>16s} {'p50 ms':>8s} {'p99 ms':>8s} {'refused':>8s} "
+          f"{'spans/CPU-s':>12s}")
     for r in results:
-        print(f"{r.name:44s} {r.rate:10,.0f} {r.rate / base:15.2f}x {r.pct(0.5):8.1f} {r.pct(0.99):8.1f} {r.refused:8d}")
+        print(f"{r.name:44s} {r.rate:10,.0f} {r.rate / base:15.2f}x {r.pct(0.5):8.1f} {r.pct(0.99):8.1f} {r.refused:8d} "
+              f"{r.per_core:12,.0f}")
 
 
 if __name__ == "__main__":

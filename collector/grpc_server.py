@@ -9,6 +9,7 @@ Oversize messages are refused by gRPC itself (``max_receive_message_length``).
 from __future__ import annotations
 
 import hmac
+import logging
 from concurrent import futures
 
 import grpc
@@ -20,6 +21,8 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from tracerl.collector.service import LOGS, TRACES, Collector, Signal
 from tracerl.collector.sink import Overloaded
+
+log = logging.getLogger("tracerl.collector")
 
 
 def _export(collector: Collector, signal: Signal, request: Message, context: grpc.ServicerContext) -> Message:
@@ -42,6 +45,9 @@ def _export(collector: Collector, signal: Signal, request: Message, context: grp
         status.details.add().Pack(retry)
         context.set_trailing_metadata((("grpc-status-details-bin", status.SerializeToString()),))
         context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+    except Exception as exc:  # a bug: say so without the data (messages may quote span content)
+        log.error("internal error handling a %s request: %s", signal.table.name, type(exc).__name__)
+        context.abort(grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__})")
     finally:
         collector.admission.release(reserved)
 

@@ -92,6 +92,9 @@ async def _handle(collector: Collector, signal: Signal, request: Request, body_t
         return _status(exc.http_status, str(exc), as_json, exc.retry_after_s)
     except ClientDisconnect:
         return Response(status_code=400)
+    except Exception as exc:  # a bug: say so without the data (messages may quote span content)
+        log.error("internal error handling a %s request: %s", signal.table.name, type(exc).__name__)
+        return _status(500, f"internal error ({type(exc).__name__}); the collector log has no more", as_json)
     finally:
         collector.admission.release(reserved)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,18 +82,23 @@ def _hex_id(raw: bytes, size: int, what: str) -> str:
     return raw.hex()
 
 
+def _items(groups: Iterable[Message], scoped_field: str, items_field: str) -> Iterator[tuple[dict, Message, Message]]:
+    """(resource attributes, scope, item) for every span or log record of a request."""
+    for group in groups:
+        resource = key_values(group.resource.attributes)
+        for scoped in getattr(group, scoped_field):
+            for item in getattr(scoped, items_field):
+                yield resource, scoped.scope, item
+
+
 def trace_rows(request: ExportTraceServiceRequest) -> Converted:
     """One ``spans`` row per valid span; an invalid span is rejected alone, with a message."""
     out = Converted()
-    for resource_spans in request.resource_spans:
-        resource = key_values(resource_spans.resource.attributes)
-        for scope_spans in resource_spans.scope_spans:
-            scope = scope_spans.scope
-            for span in scope_spans.spans:
-                try:
-                    out.rows.append(_span_row(span, resource, scope.name or None, scope.version or None))
-                except (TokenEncodingError, ValueError) as exc:
-                    out.reject(f"span {span.span_id.hex() or '?'} ({span.name[:64]!r}): {exc}")
+    for resource, scope, span in _items(request.resource_spans, "scope_spans", "spans"):
+        try:
+            out.rows.append(_span_row(span, resource, scope.name or None, scope.version or None))
+        except (TokenEncodingError, ValueError) as exc:
+            out.reject(f"span {span.span_id.hex() or '?'} ({span.name[:64]!r}): {exc}")
     return out
 
 
@@ -141,28 +146,23 @@ def _span_row(span: Span, resource: dict[str, Any], scope_name: str | None, scop
 def log_rows(request: ExportLogsServiceRequest) -> Converted:
     """One ``logs`` row per log record (GenAI events carry message content here)."""
     out = Converted()
-    for resource_logs in request.resource_logs:
-        resource = key_values(resource_logs.resource.attributes)
-        for scope_logs in resource_logs.scope_logs:
-            scope = scope_logs.scope
-            for record in scope_logs.log_records:
-                attributes = key_values(record.attributes)
-                out.rows.append(
-                    log_row(
-                        trace_id=record.trace_id.hex() or None,
-                        span_id=record.span_id.hex() or None,
-                        time_unix_nano=record.time_unix_nano or None,
-                        observed_time_unix_nano=record.observed_time_unix_nano or None,
-                        severity_number=record.severity_number or None,
-                        severity_text=record.severity_text or None,
-                        event_name=record.event_name or None,
-                        body=any_value(record.body) if record.HasField("body") else None,
-                        attributes=attributes,
-                        resource=resource,
-                        scope_name=scope.name or None,
-                        scope_version=scope.version or None,
-                    )
-                )
+    for resource, scope, record in _items(request.resource_logs, "scope_logs", "log_records"):
+        out.rows.append(
+            log_row(
+                trace_id=record.trace_id.hex() or None,
+                span_id=record.span_id.hex() or None,
+                time_unix_nano=record.time_unix_nano or None,
+                observed_time_unix_nano=record.observed_time_unix_nano or None,
+                severity_number=record.severity_number or None,
+                severity_text=record.severity_text or None,
+                event_name=record.event_name or None,
+                body=any_value(record.body) if record.HasField("body") else None,
+                attributes=key_values(record.attributes),
+                resource=resource,
+                scope_name=scope.name or None,
+                scope_version=scope.version or None,
+            )
+        )
     return out
 
 

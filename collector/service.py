@@ -154,12 +154,12 @@ class Collector:
         send then. Raises :class:`Overloaded` when the client must retry later.
         """
         converted = signal.table.rows(request)
+        table = signal.table.table(converted)
         response = signal.respond(converted.rejected, converted.message)
-        if not converted.rows:
+        if not table.num_rows:
             done: Future = Future()
             done.set_result(None)
             return done, response
-        table = signal.table.to_table(converted.rows)
         return self.tables[signal.table.name].submit(payload, table), response
 
 

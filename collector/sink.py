@@ -68,6 +68,27 @@ class TableKind:
         """Rows of a WAL record: the same conversion as on receipt, so replay rejects alike."""
         return self.rows(parse_protobuf(payload, self.request))
 
+    def table(self, converted: Converted) -> pa.Table:
+        """Arrow table of the rows; a row the schema cannot hold (e.g. a uint64 time beyond
+        int64) is rejected alone, so it never takes its request or a WAL replay down with it."""
+        try:
+            return self.to_table(converted.rows)
+        except _UNSTORABLE:
+            pass
+        storable = []
+        for index, row in enumerate(converted.rows):
+            try:
+                self.to_table([row])
+                storable.append(row)
+            except _UNSTORABLE as exc:
+                what = f"span {row['span_id']}" if row.get("span_id") else f"item {index}"
+                converted.reject(f"{what}: a value does not fit the {self.name} table ({type(exc).__name__}: {str(exc)[:80]})")
+        converted.rows = storable
+        return self.to_table(storable)
+
+
+_UNSTORABLE = (pa.ArrowException, OverflowError, ValueError, TypeError)
+
 
 def join_uri(base: str, name: str) -> str:
     """``base/name`` for a folder or URI, keeping a URI's ``?query`` (e.g. endpoint_override) last."""
@@ -253,12 +274,11 @@ class DurableTable:
     def _replay(self, seq: int) -> None:
         segment = wal.read_segment(self.wal_dir, seq)
         if segment.records and not (segment.partition and self._already_written(seq, segment.partition)):
-            rows: list[dict[str, Any]] = []
-            for record in segment.records:
-                rows.extend(self.kind.convert(record).rows)
+            tables = [self.kind.table(self.kind.convert(record)) for record in segment.records]
+            rows = sum(t.num_rows for t in tables)
             if rows:
-                self._write(seq, segment.partition or hour_partition(), self.kind.to_table(rows))
-            log.info("replayed %d %s records (%d rows) from WAL segment %d", len(segment.records), self.kind.name, len(rows), seq)
+                self._write(seq, segment.partition or hour_partition(), pa.concat_tables(tables))
+            log.info("replayed %d %s records (%d rows) from WAL segment %d", len(segment.records), self.kind.name, rows, seq)
         segment.path.unlink()
 
     def _already_written(self, seq: int, partition: str) -> bool:

@@ -10,12 +10,17 @@ import pytest
 from google.rpc import status_pb2
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tracerl.collector.loadgen import encode_batches, make_spans
 from tracerl.schemas import attributes as A
 from tracerl.schemas.tokens import decode
+
+PROTOBUF = {"content-type": "application/x-protobuf"}
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["tokpack", "int-arrays"])
@@ -182,3 +187,30 @@ def test_empty_request_is_fine(serve):
     reply = httpx.post(f"{server.http_url()}/v1/traces", content=b"", headers={"content-type": "application/x-protobuf"})
     assert reply.status_code == 200
     assert ExportTraceServiceResponse.FromString(reply.content) == ExportTraceServiceResponse()
+
+
+def test_a_value_the_table_cannot_hold_rejects_only_its_span(serve, read, tmp_path):
+    server = serve()
+    request = ExportTraceServiceRequest.FromString(encode_batches(make_spans(3, seed=13))[0])
+    request.resource_spans[0].scope_spans[0].spans[1].start_time_unix_nano = 2**64 - 1  # uint64 on the wire
+    reply = httpx.post(f"{server.http_url()}/v1/traces", content=request.SerializeToString(), headers=PROTOBUF)
+    partial = ExportTraceServiceResponse.FromString(reply.content).partial_success
+    assert reply.status_code == 200 and partial.rejected_spans == 1
+    assert "does not fit the spans table" in partial.error_message
+    server.stop()  # replay-free shutdown commits the two good spans
+    assert read(tmp_path / "data").num_rows == 2
+
+
+def test_span_content_never_reaches_the_log(serve, caplog):
+    server = serve()
+    secret = "the user's private prompt"
+    request = _json_request({"stringValue": "tokpack:i4:###"})
+    request["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] = secret
+    request["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"].append(
+        {"key": "gen_ai.prompt", "value": {"stringValue": secret}})
+    with caplog.at_level("DEBUG"):
+        httpx.post(f"{server.http_url()}/v1/traces", json=request)
+        httpx.post(f"{server.http_url()}/v1/traces", content=secret.encode(), headers=PROTOBUF)
+        server.collector.flush()
+    assert caplog.records, "the collector logged the rejection"
+    assert secret not in caplog.text
