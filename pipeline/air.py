@@ -71,7 +71,7 @@ DEFAULT_RULES = (
     # any span that timed out (tool, sub-agent, or an LLM call of the environment)
     Rule(
         "timeout",
-        "regexp_matches(lower(coalesce(status_message, '')), 'time[d ]?out') "
+        "regexp_matches(lower(coalesce(status_message, '')), 'timed? ?out') "
         "OR (attributes LIKE '%imeout%' AND regexp_matches(lower(coalesce(attr(attributes, 'error.type'), '')), 'timeout')) "
         "OR coalesce(events, '') LIKE '%TimeoutError%'",
         -0.1,

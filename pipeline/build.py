@@ -74,6 +74,7 @@ def connect(threads: int | None, memory_limit: str, temp_dir: str | None = None)
     if temp_dir:
         con.execute(f"SET temp_directory = '{temp_dir}'")
     con.execute("SET preserve_insertion_order = false")
+    con.execute("SET enable_progress_bar = false")  # the CLI shows its own progress
     return con
 
 
@@ -87,11 +88,21 @@ class Analysis:
     rules: list[air.Rule]
     counts: dict[str, Any]
 
+    def inputs(self) -> dict[str, Any]:
+        return {
+            "spans": str(self.files.root),
+            "span_files": len(self.files.files),
+            "reward_files": self.files.reward_files + list(self.options.rewards),
+            "rejected_files": self.files.rejected,
+        }
+
 
 def _processed_view(con: duckdb.DuckDBPyConnection, out: Path | None, incremental: bool) -> int:
     files = source.parquet_files(out / STATE_DIR) if (incremental and out and (out / STATE_DIR).is_dir()) else []
     if files:
-        con.execute(f"CREATE OR REPLACE VIEW processed AS SELECT DISTINCT episode_id FROM read_parquet({[str(f) for f in files]!r})")
+        con.execute(
+            f"CREATE OR REPLACE VIEW processed AS SELECT DISTINCT episode_id FROM read_parquet({source.sql_list([str(f) for f in files])})"
+        )
     else:
         con.execute("CREATE OR REPLACE VIEW processed AS SELECT NULL::VARCHAR AS episode_id WHERE false")
     return con.execute("SELECT count(*) FROM processed").fetchall()[0][0]
@@ -275,12 +286,7 @@ def build_dataset(
         "spans_schema_version": SPANS_SCHEMA_VERSION,
         "created_unix": round(started, 3),
         "seconds": round(time.time() - started, 3),
-        "inputs": {
-            "spans": str(analysis.files.root),
-            "span_files": len(analysis.files.files),
-            "reward_files": analysis.files.reward_files + list(opts.rewards),
-            "rejected_files": analysis.files.rejected,
-        },
+        "inputs": analysis.inputs(),
         "parameters": {**asdict(replace(opts, threads=None)), "air_rules": air.rules_as_dicts(analysis.rules)},
         "watermark": {
             "data_clock_unix_nano": clock,
@@ -291,21 +297,20 @@ def build_dataset(
         "counts": counts,
         "outputs": {"files": [os.path.basename(p) for p in paths], "exports": exported},
     }
-    manifest["warnings"] = warnings(manifest)
+    manifest["warnings"] = warnings(manifest["inputs"], counts)
     text = json.dumps(manifest, indent=2)
     (out_dir / "manifest.json").write_text(text + "\n")
     return json.loads(text)  # exactly what a reader of the file sees (tuples become lists)
 
 
-def warnings(manifest: dict[str, Any]) -> list[str]:
+def warnings(inputs: dict[str, Any], c: dict[str, Any]) -> list[str]:
     """Plain-language reasons why data did not become transitions (shown by the CLI and doctor)."""
-    c = manifest["counts"]
     notes = []
-    if not manifest["inputs"]["span_files"]:
-        notes.append(f"no readable span files under {manifest['inputs']['spans']}")
-    for rejected in manifest["inputs"]["rejected_files"]:
+    if not inputs["span_files"]:
+        notes.append(f"no readable span files under {inputs['spans']}")
+    for rejected in inputs["rejected_files"]:
         notes.append(f"skipped file {rejected['file']}: {rejected['reason']}")
-    if manifest["inputs"]["span_files"] and not c["llm_calls"]["total"]:
+    if inputs["span_files"] and not c["llm_calls"]["total"]:
         notes.append("no LLM calls found: spans need token ids or gen_ai/OpenLLMetry/OpenInference LLM attributes")
     labels = {
         "no_token_ids": "LLM call(s) without prompt/completion token ids (serve with token ids returned, e.g. vLLM return_token_ids)",

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from tracerl.pipeline.source import PipelineInputError
@@ -122,10 +123,73 @@ def build_dataset_cmd(
         raise typer.Exit(1)
 
 
+@app.command()
+def doctor(
+    spans: SpansOpt,
+    agents: AgentsOpt = None,
+    split: SplitOpt = None,
+    policy_versions: VersionsOpt = None,
+    rewards: RewardsOpt = None,
+    reward_weight: WeightOpt = None,
+    rules: RulesOpt = None,
+    default_rules: DefaultRulesOpt = True,
+    episode_timeout: TimeoutOpt = 3600.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the funnel and notes as JSON.")] = False,
+) -> None:
+    """Explain, with counts, why spans did (not) become transitions; takes build-dataset's selection options."""
+    from tracerl.pipeline.build import BuildOptions
+    from tracerl.pipeline.doctor import diagnose
+
+    options = _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout)
+    try:
+        with console.status("analysing spans"):
+            report = diagnose(spans, BuildOptions(**options))
+    except (PipelineInputError, ValueError) as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    table = Table(title=f"tracerl pipeline doctor: {spans}", show_header=False)
+    for stage, count in report["funnel"]:
+        table.add_row(stage, str(count))
+    Console(soft_wrap=True).print(table)
+    for note in report["notes"]:
+        typer.echo(f"- {note}")
+
+
+def register_sql(root: typer.Typer) -> None:
+    """Add `tracerl sql` to the root CLI."""
+
+    @root.command("sql")
+    def sql_cmd(
+        data: Annotated[Path, typer.Argument(help="Data dir (holding spans/) or a folder of span files.")],
+        command: Annotated[Optional[str], typer.Option("-c", "--command", help="Run one query, print it, exit.")] = None,
+        dataset: Annotated[Optional[Path], typer.Option(help="Dataset folder for the `transitions` view (default DATA/dataset).")] = None,
+        output: Annotated[str, typer.Option("--format", help="table, csv or json (with -c).")] = "table",
+        examples: Annotated[bool, typer.Option("--examples", help="Print example queries and exit.")] = False,
+    ) -> None:
+        """SQL over spans, llm_calls, episodes, rewards and transitions (a DuckDB shell, or -c QUERY once)."""
+        from tracerl.pipeline.sql import EXAMPLES, open_views
+        from tracerl.pipeline.shell import print_result, repl
+
+        if examples:
+            for title, query in EXAMPLES:
+                typer.echo(f"-- {title}\n{query};\n")
+            return
+        try:
+            with console.status("building views"):
+                con = open_views(data, dataset)
+        except PipelineInputError as exc:
+            _fail(exc)
+        if command is None:
+            repl(con)
+            return
+        try:
+            print_result(con, command, output)
+        except Exception as exc:  # DuckDB raises many types; all mean "this query is wrong"
+            _fail(f"query failed: {exc}")
+
+
 def main() -> None:
     """Console-script entry point (`pipeline ...` equals `tracerl pipeline ...`)."""
     app()
-
-
-def _print_json(data: dict) -> None:
-    typer.echo(json.dumps(data, indent=2))

@@ -89,3 +89,35 @@ def messages_json(attributes_json: str | None) -> tuple[str | None, str | None]:
     inputs, outputs = flat_messages(json.loads(attributes_json))
     dump = lambda value: None if value is None else json.dumps(value, ensure_ascii=False)  # noqa: E731
     return dump(inputs), dump(outputs)
+
+
+def _text(parts: Any) -> str:
+    if isinstance(parts, str):
+        return parts
+    if isinstance(parts, list):
+        return "".join(_text(p.get("content", "") if isinstance(p, dict) else p) for p in parts
+                       if not isinstance(p, dict) or p.get("type", "text") == "text")
+    return "" if parts is None else str(parts)
+
+
+def chat_messages(messages_json_text: str | None) -> list[dict[str, str]]:
+    """``[{role, content}]`` of a dataset's message JSON, whatever layout it came from.
+
+    GenAI JSON keeps text in ``parts``; flattened layouts in ``content``. Tool calls are
+    rendered as JSON text so that a chat template sees what the model produced.
+    """
+    if not messages_json_text:
+        return []
+    out = []
+    for message in json.loads(messages_json_text):
+        if not isinstance(message, dict):
+            continue
+        content = _text(message["parts"]) if "parts" in message else _text(message.get("content"))
+        calls = [p for p in message.get("parts", []) if isinstance(p, dict) and p.get("type") == "tool_call"]
+        calls += message.get("tool_calls") or []
+        if calls:
+            content += "".join(
+                json.dumps({"name": c.get("name"), "arguments": c.get("arguments")}, ensure_ascii=False) for c in calls
+            )
+        out.append({"role": str(message.get("role", "user")), "content": content})
+    return out

@@ -23,6 +23,7 @@ EXTRACTED = {
     "gen_ai_provider": "gen_ai.provider.name",
     "gen_ai_operation": A.GEN_AI_OPERATION,
     "llm_request_type": "llm.request.type",
+    "gen_ai_request_type": "gen_ai.request.type",  # agentops' older layout
     "openinference_kind": "openinference.span.kind",
     "agentops_kind": "agentops.span.kind",
     "traceloop_kind": "traceloop.span.kind",
@@ -44,7 +45,7 @@ FLAT_CONTENT = (
 MACROS = """
 CREATE OR REPLACE MACRO attr(a, k) AS json_extract_string(a, '$."' || k || '"');
 CREATE OR REPLACE MACRO tool_call_arguments(a) AS list_concat(
-    CASE WHEN a LIKE '%"tool_call"%' THEN
+    CASE WHEN a LIKE '%tool_call%' THEN
         coalesce(json_extract_string(attr(a, 'gen_ai.output.messages'), '$[*].parts[*].arguments'), []) END,
     CASE WHEN a LIKE '%.tool_calls.%' THEN list_transform(
         list_filter(json_keys(a), lambda k: regexp_matches(k,
@@ -114,10 +115,11 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
                    s.has_tokens
                    OR s.gen_ai_operation IN ({ops})
                    OR s.llm_request_type IN ('chat', 'completion')
+                   OR s.gen_ai_request_type IN ('chat', 'completion')
                    OR upper(s.openinference_kind) = 'LLM'
                    OR lower(s.agentops_kind) = 'llm'
                    OR ((s.gen_ai_system IS NOT NULL OR s.gen_ai_provider IS NOT NULL)
-                       AND s.gen_ai_operation IS NULL AND s.llm_request_type IS NULL
+                       AND s.gen_ai_operation IS NULL AND s.llm_request_type IS NULL AND s.gen_ai_request_type IS NULL
                        AND s.openinference_kind IS NULL AND s.traceloop_kind IS NULL)
                ) AS is_llm,
                (s.gen_ai_operation = 'execute_tool' OR upper(s.openinference_kind) = 'TOOL'

@@ -95,7 +95,8 @@ def find_span_files(path: str | os.PathLike) -> SpanFiles:
     return result
 
 
-def _sql_list(files: list[str]) -> str:
+def sql_list(files: list[str]) -> str:
+    """A DuckDB list literal of file paths."""
     return "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
 
 
@@ -130,7 +131,7 @@ def register_raw_spans(con: duckdb.DuckDBPyConnection, files: list[str]) -> None
     con.executemany("INSERT INTO span_files VALUES (?, ?)", list(enumerate(files)))
     con.execute(
         f"CREATE OR REPLACE VIEW raw_spans AS SELECT {cols}, f.file_index, file_row_number AS file_row "
-        f"FROM read_parquet({_sql_list(files)}, union_by_name = true, filename = true, file_row_number = true) "
+        f"FROM read_parquet({sql_list(files)}, union_by_name = true, filename = true, file_row_number = true) "
         f"JOIN span_files f USING (filename)"
     )
 

@@ -8,6 +8,7 @@ from tracerl import __version__
 from tracerl.collector.cli import app as collector_app
 from tracerl.instrumentation.cli import register as register_instrumentation
 from tracerl.pipeline.cli import app as pipeline_app
+from tracerl.pipeline.cli import register_sql
 from tracerl.trainer.cli import register as register_trainer
 
 app = typer.Typer(
@@ -20,6 +21,7 @@ app.add_typer(pipeline_app, name="pipeline", help="Spans -> episodes -> training
 app.add_typer(collector_app, name="collector", help="OTLP receiver writing durable Parquet.")
 register_instrumentation(app)  # run, gateway
 register_trainer(app)  # serve, train, demo
+register_sql(app)  # sql
 
 
 @app.command()

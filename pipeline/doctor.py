@@ -1,0 +1,53 @@
+"""``pipeline doctor``: why spans did or did not become transitions, with counts.
+
+The most common complaint about trace-to-RL tools is a silently empty dataset. The
+doctor runs every stage of a build except the write and reports the funnel (files ->
+spans -> episodes -> LLM calls -> policy calls -> rewarded -> transitions), then each
+reason data fell out, with what to do about it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tracerl.pipeline.build import Analysis, BuildOptions, analyze, warnings
+
+
+def _calls_without_prompt_ids(analysis: Analysis) -> int:
+    """Chosen calls whose span has completion ids but no prompt ids (a build finds them while writing)."""
+    return analysis.con.execute(
+        """SELECT count(*) FROM chosen c JOIN raw_spans r USING (file_index, file_row)
+           WHERE r.prompt_token_ids IS NULL"""
+    ).fetchall()[0][0]
+
+
+def diagnose(spans: str | os.PathLike, options: BuildOptions) -> dict[str, Any]:
+    """The funnel and the notes, as a dict (``funnel``: list of (stage, count); ``notes``: list of str)."""
+    analysis = analyze(spans, options)
+    c = analysis.counts
+    no_prompt = _calls_without_prompt_ids(analysis)
+    if no_prompt:
+        c["llm_calls"]["skipped"]["no_token_ids"] = c["llm_calls"]["skipped"].get("no_token_ids", 0) + no_prompt
+        c["transitions"] -= no_prompt
+    funnel = [
+        ("span files read", c["files"]["read"]),
+        ("span files skipped", c["files"]["rejected"]),
+        ("spans", c["spans"]["distinct"]),
+        ("episodes", c["episodes"]["total"]),
+        ("  finished", c["episodes"]["finished"]),
+        ("  still running (held back)", c["episodes"]["pending"]),
+        ("LLM calls", c["llm_calls"]["total"]),
+        ("policy calls (after filters)", c["llm_calls"]["policy_calls"]),
+        ("episodes with policy calls", c["episodes"]["with_policy_calls"]),
+        ("  of which rewarded", c["episodes"]["with_policy_calls"] - c["episodes"]["without_reward"]),
+        ("transitions", c["transitions"]),
+    ]
+    notes = warnings(analysis.inputs(), c)
+    agents = c["llm_calls"]["by_agent"]
+    if c["llm_calls"]["skipped"].get("agent_filter") and not c["llm_calls"]["policy_calls"]:
+        notes.insert(0, f"--agents {options.agents!r} matched no agent; agent names seen: {', '.join(agents)}")
+    if not notes and c["transitions"]:
+        notes.append("every span that could become a transition did")
+    analysis.con.close()
+    return {"funnel": funnel, "notes": notes, "counts": c}

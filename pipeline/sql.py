@@ -1,0 +1,63 @@
+"""SQL analysis of a data folder: DuckDB views over spans, LLM calls, episodes, rewards, transitions.
+
+The views are the pipeline's own tables (the same SQL that builds datasets), so what a
+query shows is what ``build-dataset`` sees:
+
+- ``spans``: every span (deduplicated), all columns, with the resolved ``episode_id``
+  and the ``is_llm``/``is_tool`` flags; ``attr(attributes, 'key')`` reads an attribute;
+- ``llm_calls``: one row per LLM call (merged by response id), with agent, layout, tokens;
+- ``episodes``: task, split, bounds, ``finished``/``pending``/``truncated``;
+- ``rewards``: every reward (span, event, late, ``air``) with the time it refers to;
+- ``transitions``: the dataset rows if a dataset folder is given (or ``DATA/dataset``
+  holds one), else the policy calls that would become transitions, with credit assigned.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import duckdb
+
+from tracerl.pipeline.build import BuildOptions, analyze
+from tracerl.pipeline.source import PipelineInputError, sql_list
+
+VIEWS = ("spans", "llm_calls", "episodes", "rewards", "transitions")
+
+EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("Mean reward and episode count per task",
+     "SELECT e.task_id, count(*) AS episodes, avg(r.value) AS mean_reward\n"
+     "FROM episodes e JOIN rewards r USING (episode_id)\n"
+     "WHERE r.source <> 'air' GROUP BY 1 ORDER BY 2 DESC"),
+    ("LLM calls per agent, and how many carry token ids",
+     "SELECT agent_name, count(*) AS calls, count(*) FILTER (WHERE has_tokens) AS with_tokens\n"
+     "FROM llm_calls GROUP BY 1 ORDER BY 2 DESC"),
+    ("Automatic intermediate rewards by rule",
+     "SELECT name, count(*) AS hits, sum(value) AS total FROM rewards WHERE source = 'air' GROUP BY 1"),
+    ("Tool spans that failed, with their message",
+     "SELECT episode_id, attr(attributes, 'gen_ai.tool.name') AS tool, status_message\n"
+     "FROM spans WHERE is_tool AND status_code = 'ERROR'"),
+    ("Slowest LLM calls",
+     "SELECT episode_id, agent_name, (end_ns - start_ns) / 1e6 AS ms FROM llm_calls ORDER BY ms DESC LIMIT 10"),
+    ("Return and advantage spread per task",
+     'SELECT task_id, count(*) AS transitions, avg("return") AS mean_return, stddev_pop(advantage) AS adv_std\n'
+     "FROM transitions GROUP BY 1 ORDER BY 1"),
+    ("Episodes that have not finished yet",
+     "SELECT episode_id, task_id, n_spans, end_ns FROM episodes WHERE pending"),
+)
+
+
+def open_views(data: str | os.PathLike, dataset: str | os.PathLike | None = None,
+               options: BuildOptions | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the views of :data:`VIEWS` over the data folder ``data``."""
+    analysis = analyze(data, options or BuildOptions())
+    con = analysis.con
+    folder = Path(dataset) if dataset else Path(data) / "dataset"
+    files = sorted(str(f) for f in folder.glob("transitions-*.parquet")) if folder.is_dir() else []
+    if dataset and not files:
+        raise PipelineInputError(f"no transitions-*.parquet in {folder}: build a dataset there first")
+    if files:
+        con.execute(f"CREATE OR REPLACE VIEW transitions AS SELECT * FROM read_parquet({sql_list(files)})")
+    else:
+        con.execute("CREATE OR REPLACE VIEW transitions AS SELECT * EXCLUDE (file_index, file_row) FROM chosen")
+    return con

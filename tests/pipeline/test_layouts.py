@@ -1,0 +1,98 @@
+"""Every supported span layout becomes the same LLM-call row; duplicates collapse to one."""
+
+from __future__ import annotations
+
+import json
+
+from pipeline_spans import episode_span, llm_call, reward_span, span, write_spans
+
+from tracerl.pipeline import build_dataset, dataset_table
+from tracerl.pipeline.messages import chat_messages, flat_messages
+from tracerl.schemas import attributes as A
+
+
+def _raw_call(ep: str, sid: str, start: int, end: int, attrs: dict, prompt=(1, 2), completion=(3,), **kw) -> dict:
+    """An LLM span carrying only ``attrs`` (no gen_ai.system/operation) plus token ids."""
+    tokens = {A.PROMPT_TOKEN_IDS: list(prompt), A.COMPLETION_TOKEN_IDS: list(completion)}
+    return span(ep, sid, "llm", start, end, attrs={**attrs, **tokens}, **kw)
+
+
+def test_flattened_openllmetry_layout_gives_messages_and_tool_calls(data_dir, tmp_path):
+    attrs = {
+        "llm.request.type": "chat", "gen_ai.system": "openai",
+        "gen_ai.prompt.0.role": "system", "gen_ai.prompt.0.content": "be brief",
+        "gen_ai.prompt.1.role": "user", "gen_ai.prompt.1.content": "2+2?",
+        "gen_ai.completion.0.role": "assistant", "gen_ai.completion.0.finish_reason": "tool_calls",
+        "gen_ai.completion.0.tool_calls.0.name": "calc", "gen_ai.completion.0.tool_calls.0.arguments": '{"e": "2+2"}',
+    }
+    write_spans(data_dir, [episode_span("e1", 0, 50, task="t"), _raw_call("e1", "c1", 1, 10, attrs),
+                           reward_span("e1", "r", 20, 1.0)])
+    manifest = build_dataset(data_dir, tmp_path / "out")
+    [row] = dataset_table(tmp_path / "out").to_pylist()
+    assert json.loads(row["input_messages"]) == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"}]
+    [out] = json.loads(row["output_messages"])
+    assert out["tool_calls"] == [{"name": "calc", "arguments": '{"e": "2+2"}'}]
+    assert manifest["counts"]["spans"]["content_layouts"] == {"flattened": 1}
+
+
+def test_openinference_layout_is_an_llm_call():
+    attrs = {
+        "llm.input_messages.0.message.role": "user", "llm.input_messages.0.message.content": "hi",
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "search",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": "{}",
+    }
+    inputs, outputs = flat_messages(attrs)
+    assert inputs == [{"role": "user", "content": "hi"}]
+    assert outputs == [{"role": "assistant", "tool_calls": [{"id": None, "name": "search", "arguments": "{}"}]}]
+
+
+def test_detection_by_layout_and_what_is_not_a_call(data_dir, tmp_path):
+    rows = [
+        episode_span("e1", 0, 100, task="t"),
+        _raw_call("e1", "oi", 1, 10, {"openinference.span.kind": "LLM"}),
+        _raw_call("e1", "ao", 11, 20, {"agentops.span.kind": "llm"}),
+        _raw_call("e1", "gw", 21, 30, {}),  # token ids alone (the tracerl gateway)
+        span("e1", "emb", "embeddings", 31, 32, attrs={"llm.request.type": "embedding", "gen_ai.system": "openai"}),
+        span("e1", "agt", "invoke_agent a", 33, 34, attrs={A.GEN_AI_OPERATION: "invoke_agent", "gen_ai.system": "openai"}),
+        reward_span("e1", "r", 40, 1.0),
+    ]
+    write_spans(data_dir, rows)
+    manifest = build_dataset(data_dir, tmp_path / "out")
+    assert manifest["counts"]["llm_calls"]["total"] == 3
+    assert [r["step"] for r in dataset_table(tmp_path / "out").to_pylist()] == [0, 1, 2]
+
+
+def test_agent_name_comes_from_the_enclosing_agent_span(data_dir, tmp_path):
+    rows = [
+        episode_span("e1", 0, 100, task="t"),
+        span("e1", "agent", "invoke_agent writer", 1, 50, attrs={A.GEN_AI_AGENT_NAME: "writer"}),
+        llm_call("e1", "c1", 2, 10, [1], [2], parent="agent"),
+        reward_span("e1", "r", 60, 1.0),
+    ]
+    write_spans(data_dir, rows)
+    build_dataset(data_dir, tmp_path / "out")
+    assert dataset_table(tmp_path / "out").column("agent_name").to_pylist() == ["writer"]
+
+
+def test_retried_span_and_gateway_copy_are_one_transition(data_dir, tmp_path):
+    # the client span (episode known, no token ids) and the gateway span (token ids, its own
+    # trace, no episode) describe the same call: same response id
+    client = llm_call("e1", "client", 1, 10, None, None, response_id="resp-1")
+    gateway = llm_call("e1", "gw", 2, 9, [5, 6], [7], response_id="resp-1", baggage=False, trace="f" * 32)
+    rows = [episode_span("e1", 0, 50, task="t"), client, gateway, reward_span("e1", "r", 20, 1.0)]
+    write_spans(data_dir, rows)
+    write_spans(data_dir, [rows[0], client])  # an exporter retry wrote two spans again
+    manifest = build_dataset(data_dir, tmp_path / "out")
+    [row] = dataset_table(tmp_path / "out").to_pylist()
+    assert (row["episode_id"], row["prompt_token_ids"], row["response_token_ids"]) == ("e1", [5, 6], [7])
+    assert row["reward"] == 1.0
+    c = manifest["counts"]
+    assert c["spans"]["rows"] - c["spans"]["distinct"] == 2
+    assert c["llm_calls"]["merged_duplicates"] == 1 and c["llm_calls"]["total"] == 1
+
+
+def test_chat_messages_reads_both_content_shapes():
+    genai = '[{"role":"assistant","parts":[{"type":"text","content":"x="},{"type":"tool_call","name":"f","arguments":{"a":1}}]}]'
+    assert chat_messages(genai) == [{"role": "assistant", "content": 'x={"name": "f", "arguments": {"a": 1}}'}]
+    assert chat_messages('[{"role":"user","content":"hi"}]') == [{"role": "user", "content": "hi"}]
