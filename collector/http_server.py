@@ -166,7 +166,7 @@ def _rejected(response: Message) -> int:
 
 def _message(status: int, message: Message, as_json: bool, headers: dict | None = None) -> Response:
     if as_json:
-        return Response(otlp.to_json(message), status, headers=headers, media_type=JSON)
+        return Response(otlp.message_json(message), status, headers=headers, media_type=JSON)
     return Response(message.SerializeToString(), status, headers=headers, media_type=PROTOBUF)
 
 

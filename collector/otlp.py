@@ -23,7 +23,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from tracerl.schemas import attributes as A
 from tracerl.schemas.logs import log_row
-from tracerl.schemas.spans import span_row
+from tracerl.schemas.spans import span_row, to_json
 from tracerl.schemas.tokens import TokenEncodingError, decode_array
 
 
@@ -94,9 +94,12 @@ def _items(groups: Iterable[Message], scoped_field: str, items_field: str) -> It
 def trace_rows(request: ExportTraceServiceRequest) -> Converted:
     """One ``spans`` row per valid span; an invalid span is rejected alone, with a message."""
     out = Converted()
+    encoded: tuple[dict | None, str | None] = (None, None)  # the resource's JSON, once per resource
     for resource, scope, span in _items(request.resource_spans, "scope_spans", "spans"):
+        if encoded[0] is not resource:
+            encoded = (resource, to_json(resource))
         try:
-            out.rows.append(_span_row(span, resource, scope.name or None, scope.version or None))
+            out.rows.append(_span_row(span, resource, encoded[1], scope.name or None, scope.version or None))
         except (TokenEncodingError, ValueError) as exc:
             out.reject(f"span {span.span_id.hex() or '?'} ({span.name[:64]!r}): {exc}")
     return out
@@ -108,7 +111,9 @@ def trace_rows(request: ExportTraceServiceRequest) -> Converted:
 _TOKEN_DTYPES = {A.PROMPT_TOKEN_IDS: "i4", A.COMPLETION_TOKEN_IDS: "i4", A.COMPLETION_LOGPROBS: "f4"}
 
 
-def _span_row(span: Span, resource: dict[str, Any], scope_name: str | None, scope_version: str | None) -> dict:
+def _span_row(
+    span: Span, resource: dict[str, Any], resource_json: str | None, scope_name: str | None, scope_version: str | None
+) -> dict:
     attributes = key_values(span.attributes)
     for key, dtype in _TOKEN_DTYPES.items():
         if key in attributes:
@@ -136,6 +141,7 @@ def _span_row(span: Span, resource: dict[str, Any], scope_name: str | None, scop
             for link in span.links
         ],
         resource=resource,
+        resource_json=resource_json,
         scope_name=scope_name,
         scope_version=scope_version,
     )
@@ -234,7 +240,7 @@ def _convert_ids(item: dict, where: str) -> None:
             raise BadPayload(f"{where}.{key} is not hex: {value[:40]!r}") from exc
 
 
-def to_json(message: Message) -> bytes:
+def message_json(message: Message) -> bytes:
     """OTLP/JSON text of a response message (camelCase, int64 as strings)."""
     return json_format.MessageToJson(message, indent=None).encode()
 

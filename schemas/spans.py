@@ -119,8 +119,12 @@ def span_row(
     resource: Mapping[str, Any] | None = None,
     scope_name: str | None = None,
     scope_version: str | None = None,
+    resource_json: str | None = None,
 ) -> dict[str, Any]:
     """Build one row of :data:`SPANS_SCHEMA`.
+
+    ``resource_json``, if given, must be ``to_json(resource)``: callers that build many rows
+    of one resource (an OTLP request) encode it once instead of once per span.
 
     Raises :class:`TokenEncodingError` when a token attribute is corrupt, so the caller
     can reject that span with a message instead of storing garbage.
@@ -163,7 +167,7 @@ def span_row(
         "attributes": to_json(attrs),
         "events": to_json(list(events)),
         "links": to_json(list(links)),
-        "resource": to_json(resource),
+        "resource": resource_json if resource_json is not None else to_json(resource),
     }
 
 
