@@ -154,6 +154,7 @@ class _Swap:
     version: int | None
     done: threading.Event = field(default_factory=threading.Event)
     applied_version: int = -1
+    failure: str | None = None
 
 
 def load_causal_lm(path: str | Path) -> torch.nn.Module:
@@ -222,6 +223,11 @@ class GenerationEngine:
         return len(self._waiting)
 
     @property
+    def reload_pending(self) -> bool:
+        """New weights are loaded and wait for the running batch to drain."""
+        return self._swap is not None
+
+    @property
     def vocab_size(self) -> int:
         return int(self.model.config.vocab_size)
 
@@ -264,17 +270,23 @@ class GenerationEngine:
         """Swap in the checkpoint at ``path`` once running requests finish; return the new version.
 
         Blocking: loads the checkpoint on the calling thread while decoding continues.
+        The tokenizer stays the one served: a checkpoint must share its vocabulary.
         """
         model = load_causal_lm(path)
         vocab = int(model.config.vocab_size)
         if vocab != self.vocab_size:
             raise WeightLoadError(f"checkpoint {path} has vocab_size {vocab}, the served tokenizer needs {self.vocab_size}")
+        self.start()
         with self._swap_lock:
             swap = _Swap(model, version)
             with self._cond:
+                if self._stopping:
+                    raise GenerationError("the server is shutting down; the new weights were not swapped in")
                 self._swap = swap
                 self._cond.notify_all()
             swap.done.wait()
+        if swap.failure:
+            raise GenerationError(swap.failure)
         return swap.applied_version
 
     # ---- engine thread -----------------------------------------------------------------
@@ -300,7 +312,12 @@ class GenerationEngine:
                 finally:
                     self._post()
         self._fail_all("the server is shutting down", list(self._waiting))
+        self._waiting.clear()
         self._post()
+        if self._swap is not None:
+            self._swap.failure = "the server shut down before the new weights could be swapped in"
+            self._swap.done.set()
+            self._swap = None
 
     def _post(self) -> None:
         """Hand this step's events to their event loops: one wake-up per loop, not per token."""

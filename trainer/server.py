@@ -127,6 +127,8 @@ class _Api:
             version = await run_in_threadpool(self.engine.load_weights, body.path, body.version)
         except WeightLoadError as exc:
             raise RequestError(str(exc), param="path") from None
+        except GenerationError as exc:
+            raise RequestError(str(exc), status=503, type="server_error") from None
         return _json({"policy_version": version}, version)
 
     # ---- generation ----------------------------------------------------------------------

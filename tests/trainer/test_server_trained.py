@@ -51,13 +51,18 @@ def trained_checkpoint(tmp_path_factory):
     torch.manual_seed(0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
-    for _ in range(300):
-        loss = model(input_ids=ids, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if loss.item() < 0.01:
-            break
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny kernels: a second OpenMP thread only spins on a busy machine (13x slower)
+    try:
+        for _ in range(500):
+            loss = model(input_ids=ids, labels=labels).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if loss.item() < 1e-3:  # every token, EOS included, then wins greedily by far
+                break
+    finally:
+        torch.set_num_threads(threads)
     out = tmp_path_factory.mktemp("trained")
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -71,7 +76,7 @@ def server():
 
 
 def _greedy(server, **extra) -> httpx.Response:
-    body = {"messages": QUESTION, "max_tokens": 40, "temperature": 0, "return_token_ids": True, **extra}
+    body = {"messages": QUESTION, "max_tokens": 64, "temperature": 0, "return_token_ids": True, **extra}
     return httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=120)
 
 
@@ -155,7 +160,7 @@ def tool_client(tool_server):
 
 
 def test_hermes_reply_becomes_openai_tool_calls(tool_client):
-    reply = tool_client.chat.completions.create(model="m", messages=QUESTION, tools=TOOLS, temperature=0, max_tokens=40)
+    reply = tool_client.chat.completions.create(model="m", messages=QUESTION, tools=TOOLS, temperature=0, max_tokens=64)
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert choice.message.content is None
@@ -166,16 +171,16 @@ def test_hermes_reply_becomes_openai_tool_calls(tool_client):
 
 
 def test_tool_calls_are_left_as_text_without_tools_or_with_tool_choice_none(tool_client):
-    plain = tool_client.chat.completions.create(model="m", messages=QUESTION, temperature=0, max_tokens=40)
+    plain = tool_client.chat.completions.create(model="m", messages=QUESTION, temperature=0, max_tokens=64)
     assert plain.choices[0].message.content == REPLY and plain.choices[0].finish_reason == "stop"
-    none = tool_client.chat.completions.create(model="m", messages=QUESTION, tools=TOOLS, tool_choice="none", temperature=0, max_tokens=40)
+    none = tool_client.chat.completions.create(model="m", messages=QUESTION, tools=TOOLS, tool_choice="none", temperature=0, max_tokens=64)
     assert none.choices[0].message.tool_calls is None
 
 
 def test_streamed_tool_call_arrives_as_a_tool_calls_delta(tool_client):
     chunks = list(
         tool_client.chat.completions.create(
-            model="m", messages=QUESTION, tools=TOOLS, temperature=0, max_tokens=40, stream=True, extra_body={"return_token_ids": True}
+            model="m", messages=QUESTION, tools=TOOLS, temperature=0, max_tokens=64, stream=True, extra_body={"return_token_ids": True}
         )
     )
     text = "".join(c.choices[0].delta.content or "" for c in chunks)
@@ -189,7 +194,7 @@ def test_streamed_tool_call_arrives_as_a_tool_calls_delta(tool_client):
 def test_next_turn_prompt_holds_exactly_the_tokens_the_model_generated(tool_client):
     """What the model sampled is what it sees in its context next turn: no re-tokenization drift."""
     first = tool_client.chat.completions.create(
-        model="m", messages=QUESTION, tools=TOOLS, temperature=0, max_tokens=40, extra_body={"return_token_ids": True}
+        model="m", messages=QUESTION, tools=TOOLS, temperature=0, max_tokens=64, extra_body={"return_token_ids": True}
     )
     message = first.choices[0].message
     history = QUESTION + [
