@@ -74,7 +74,10 @@ def connect(threads: int | None, memory_limit: str, temp_dir: str | None = None)
     if temp_dir:
         con.execute(f"SET temp_directory = '{temp_dir}'")
     con.execute("SET preserve_insertion_order = false")
-    con.execute("SET enable_progress_bar = false")  # the CLI shows its own progress
+    try:
+        con.execute("SET enable_progress_bar = false")  # the CLI shows its own progress
+    except duckdb.InvalidInputException:
+        pass  # in Jupyter without ipywidgets DuckDB refuses to touch the setting; it draws no bar there
     return con
 
 
