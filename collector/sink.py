@@ -124,7 +124,7 @@ class DurableTable:
         self._buffer_bytes = 0
         self._oldest: float | None = None
         self._threads: list[threading.Thread] = []
-        self._closed = False
+        self._closing = threading.Event()
         self.committed_rows = 0  # rows in Parquet files written by this process
 
     # -- lifecycle --------------------------------------------------------------------
@@ -145,9 +145,9 @@ class DurableTable:
 
     def close(self) -> None:
         """Stop accepting, commit everything buffered to Parquet, leave an empty WAL."""
-        if self._closed or not self._threads:
+        if self._closing.is_set() or not self._threads:
             return
-        self._closed = True
+        self._closing.set()
         self._queue.put(_STOP)
         for thread in self._threads:
             thread.join()
@@ -166,7 +166,7 @@ class DurableTable:
 
     def submit(self, payload: bytes, table: pa.Table) -> Future:
         """Queue one request; the future completes when it is durable in the WAL."""
-        if self._closed:
+        if self._closing.is_set():
             raise Overloaded("collector is shutting down", retry_after_s=5)
         size = table.nbytes
         with self._backlog_lock:
@@ -242,23 +242,32 @@ class DurableTable:
         while (job := self._flush_queue.get()) is not _STOP:
             seq, partition, tables, nbytes, waiters = job
             if seq is not None:
-                self._write(seq, partition, pa.concat_tables(tables))
-                wal.segment_path(self.wal_dir, seq).unlink()
+                if self._write(seq, partition, pa.concat_tables(tables)):
+                    wal.segment_path(self.wal_dir, seq).unlink()
                 self._release(nbytes)
             for done in waiters:
                 done.set_result(None)
 
-    def _write(self, seq: int, partition: str, table: pa.Table) -> None:
-        """Write one segment's rows; retry until storage takes them (backpressure meanwhile)."""
-        delay = 0.5
+    def _write(self, seq: int, partition: str, table: pa.Table) -> bool:
+        """Write one segment's rows, retrying while storage refuses (clients get 503 meanwhile).
+
+        When shutting down, give up after a few tries: the sealed segment stays in the WAL and
+        the next start commits it, so a storage outage cannot keep the process from exiting.
+        """
+        delay, attempts = 0.5, 0
         while True:
             try:
                 write_parquet_atomic(table, self.root, prefix=self._prefix(seq), partition=partition)
                 self.committed_rows += table.num_rows
-                return
+                return True
             except (OSError, pa.ArrowException) as exc:
+                attempts += 1
+                if self._closing.is_set() and attempts >= 3:
+                    log.error("%s: storage %s still failing at shutdown (%s); %d rows stay in WAL segment %d "
+                              "for the next start", self.kind.name, self.root, exc, table.num_rows, seq)
+                    return False
                 log.warning("writing %s rows to %s failed (%s); retrying in %.1fs", self.kind.name, self.root, exc, delay)
-                time.sleep(delay)
+                self._closing.wait(delay)
                 delay = min(delay * 2, 30.0)
 
     def _release(self, nbytes: int) -> None:

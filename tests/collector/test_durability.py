@@ -138,3 +138,21 @@ def test_kill_9_loses_no_acknowledged_span(tmp_path, read):
     assert len(acked) > 500 and only_in_wal > 0
     assert acked <= set(stored), f"{len(acked - set(stored))} acknowledged spans lost"
     assert len(stored) == len(set(stored)), "replay duplicated spans"
+
+
+def test_shutdown_during_a_storage_outage_leaves_the_rows_in_the_wal(tmp_path, read):
+    out = tmp_path / "data"
+    out.write_text("not a folder: Parquet commits fail")
+    config = CollectorConfig(out=str(out), wal_dir=tmp_path / "wal", flush_interval_s=0.1)
+    server = CollectorServer(config, Endpoints(http_port=0, grpc_port=None)).start()
+    body = encode_batches(make_spans(20, seed=14))[0]
+    assert httpx.post(f"{server.http_url()}/v1/traces", content=body,
+                      headers={"content-type": "application/x-protobuf"}).status_code == 200
+    started = time.monotonic()
+    server.stop()  # gives up on storage instead of hanging; the WAL keeps the rows
+    assert time.monotonic() - started < 10
+    assert wal.list_segments(worker_wal_dir(config, 0) / "spans")
+
+    out.unlink()  # storage is back
+    CollectorServer(config, Endpoints(http_port=0, grpc_port=None)).start().stop()
+    assert read(out).num_rows == 20
