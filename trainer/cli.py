@@ -74,6 +74,8 @@ def demo(
 
         def on_phase(rnd: int, text: str) -> None:
             bar.update(task, completed=rnd, description=text)
+            if not console.is_terminal:  # logs get one line per phase instead of a bar
+                console.print(f"round {rnd}: {text}")
 
         rows = run_demo(cfg, on_phase=on_phase)
         bar.update(task, completed=rounds + 1, description="done")

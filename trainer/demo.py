@@ -34,7 +34,7 @@ from tracerl.trainer import demo_task
 from tracerl.trainer.tiny_model import build_tiny_model, default_cache_dir
 from tracerl.trainer.torch_backend import PolicyTrainer, TrainConfig, read_dataset, supervised_samples
 
-DEMO_POLICY_VERSION = 2  # bump when the warm-start recipe changes
+DEMO_POLICY_VERSION = 4  # bump when the warm-start recipe changes
 
 
 @dataclass
@@ -58,7 +58,7 @@ def ensure_demo_policy(seed: int = 0) -> Path:
 
     A randomly initialised model never emits a tool name, so reinforcement learning
     would see no reward at all; like the paper's instruct model, the starting policy
-    knows the format and is poor at the task (it picks the right tool one time in three).
+    knows the format and is poor at the task (it names the right tool one time in three).
     """
     path = default_cache_dir() / f"demo-policy-v{DEMO_POLICY_VERSION}-seed{seed}"
     if (path / "config.json").exists():
@@ -66,12 +66,14 @@ def ensure_demo_policy(seed: int = 0) -> Path:
     base = build_tiny_model(path.with_name(path.name + f".base-{os.getpid()}"), seed=seed)
     trainer = PolicyTrainer(base, TrainConfig(learning_rate=3e-3, minibatch_size=64, seed=seed))
     train_tasks, _ = demo_task.all_tasks(seed)
-    tool_turns, answer_turns = demo_task.format_examples(train_tasks, 1000, seed=seed)
-    answers = supervised_samples(trainer.tokenizer, answer_turns)
-    # Copying first: mixed with the (deliberately random) tool turns from the start,
-    # the tiny model does not find the copy mechanism within this budget.
-    trainer.train(answers, epochs=5)
-    trainer.train(answers + supervised_samples(trainer.tokenizer, tool_turns), epochs=2)
+    tool_turns, answer_turns = demo_task.format_examples(train_tasks, 1500, seed=seed)
+    copies = supervised_samples(trainer.tokenizer, [t for t in answer_turns if not t[0][-1]["content"].startswith("error")])
+    # Copying first, until it is learned: mixed with the deliberately random turns from
+    # the start, the tiny model does not find the copy mechanism within this budget.
+    for _ in range(12):
+        if trainer.train(copies, epochs=1).loss < 0.05:
+            break
+    trainer.train(supervised_samples(trainer.tokenizer, tool_turns + answer_turns), epochs=1)
     trainer.save(path)
     (path / "trainer_state.pt").unlink()  # RL starts with a fresh optimizer
     shutil.rmtree(base, ignore_errors=True)

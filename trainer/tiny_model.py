@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 TINY_MODEL_NAME = "tracerl-tiny-llama"
-_BUILD_VERSION = 3  # bump when the recipe changes, so stale caches are rebuilt
+_BUILD_VERSION = 4  # bump when the recipe changes, so stale caches are rebuilt
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|end|>"]
 
@@ -30,8 +30,8 @@ _CORPUS = [
     "task: diff 9 2 ; tool: diff ; result: 7 ; answer: 7",
     "0 1 2 3 4 5 6 7 8 9 add diff max min mul tools tool result answer task error unknown",
     # repeated so that BPE gives the demo's tool names and digits tokens of their own
-    *["max min diff add mul", " max min diff add mul", "max", "min", "diff"] * 8,
-    *[" ".join("0123456789"), "0123456789"] * 4,
+    *["max min diff calc math compute", " max min diff calc math compute", "calc", "math", "compute"] * 8,
+    *[" ".join("01234567890"), "0123456789"] * 4,
     "SELECT name FROM users WHERE id = 1;",
     '{"name": "calculator", "arguments": {"a": 1, "b": 2}}',
 ]
