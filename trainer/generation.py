@@ -34,6 +34,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     top_logprobs: int = 0  # alternatives reported per token
     seed: int | None = None
+    ignore_eos: bool = False  # vLLM extra: run to max_tokens (benchmarks, tests)
 
 
 @dataclass
@@ -455,7 +456,7 @@ class GenerationEngine:
         params = row.group.params
         text = self.tokenizer.decode(row.generated, skip_special_tokens=True)
         finish = None
-        if token in self.eos_token_ids:
+        if token in self.eos_token_ids and not params.ignore_eos:
             finish = "stop"
         else:
             hits = [i for i in (text.find(s) for s in params.stop) if i >= 0]

@@ -94,6 +94,7 @@ class _SamplingRequest(_Lenient):
     stream_options: StreamOptions | None = None
     return_token_ids: bool = False  # vLLM extra
     return_tokens_as_token_ids: bool = False  # vLLM extra: logprob tokens read "token_id:N"
+    ignore_eos: bool = False  # vLLM extra: keep sampling after EOS until max_tokens
     # Sampling controls the built-in sampler does not implement: refused unless neutral,
     # since silently sampling from another distribution would corrupt the training data.
     frequency_penalty: float | None = None
@@ -119,6 +120,8 @@ class ChatCompletionRequest(_SamplingRequest):
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    add_generation_prompt: bool = True  # vLLM extras, passed to the chat template
+    continue_final_message: bool = False
 
     def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens

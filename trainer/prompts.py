@@ -31,7 +31,13 @@ def chat_prompt_ids(tokenizer, request: ChatCompletionRequest) -> list[int]:
         messages.append(entry)
     tools = [tool.model_dump(exclude_none=True) for tool in request.tools] if request.tools else None
     try:
-        text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template(
+            messages,
+            tools=tools,
+            add_generation_prompt=request.add_generation_prompt and not request.continue_final_message,
+            continue_final_message=request.continue_final_message,
+            tokenize=False,
+        )
     except Exception as exc:  # jinja raises TemplateError and friends for messages it rejects
         raise RequestError(f"the chat template rejected the messages: {exc}", param="messages") from None
     return tokenizer(text, add_special_tokens=False)["input_ids"]

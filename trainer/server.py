@@ -179,6 +179,7 @@ class _Api:
             stop=req.stop_strings(),
             top_logprobs=top_logprobs,
             seed=req.seed,
+            ignore_eos=req.ignore_eos,
         )
 
     def token_text(self, req, token_id: int) -> str:

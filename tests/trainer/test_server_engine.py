@@ -14,7 +14,7 @@ def test_stopping_fails_running_requests_and_a_pending_reload_instead_of_hanging
     engine = GenerationEngine(ensure_tiny_model())
 
     async def main():
-        handle = engine.submit([[2, 70, 5, 3]], SamplingParams(max_tokens=480))
+        handle = engine.submit([[2, 70, 5, 3]], SamplingParams(max_tokens=480, ignore_eos=True))
         await handle.admitted()
         reload = asyncio.get_running_loop().run_in_executor(None, engine.load_weights, ensure_tiny_model())
         while not engine.reload_pending and not reload.done():  # the reload waits for the running request

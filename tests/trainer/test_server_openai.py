@@ -93,13 +93,13 @@ def test_seed_makes_sampling_reproducible(client):
 
 def test_stop_string_truncates_text_but_reports_the_sampled_ids(server, client):
     # Find some text the model generates greedily, then stop on a piece of it.
-    first = client.completions.create(model="m", prompt="task: add 3 4 ; tool:", max_tokens=12, temperature=0)
+    first = client.completions.create(model="m", prompt="task: add 3 4 ; tool:", max_tokens=12, temperature=0, extra_body={"ignore_eos": True})
     text = first.choices[0].text
     stop = text[3:5]
     assert len(stop) == 2
     reply = httpx.post(
         f"{server.base_url}/completions",
-        json={"prompt": "task: add 3 4 ; tool:", "max_tokens": 12, "temperature": 0, "stop": [stop], "return_token_ids": True},
+        json={"prompt": "task: add 3 4 ; tool:", "max_tokens": 12, "temperature": 0, "stop": [stop], "return_token_ids": True, "ignore_eos": True},
     ).json()
     choice = reply["choices"][0]
     assert choice["finish_reason"] == "stop"
@@ -111,7 +111,7 @@ def test_stop_string_truncates_text_but_reports_the_sampled_ids(server, client):
 def test_completions_with_token_id_prompts_and_several_prompts(server):
     reply = httpx.post(
         f"{server.base_url}/completions",
-        json={"prompt": [[10, 11, 12], [40, 41]], "max_tokens": 3, "n": 2, "logprobs": 2, "return_token_ids": True},
+        json={"prompt": [[10, 11, 12], [40, 41]], "max_tokens": 3, "n": 2, "logprobs": 2, "return_token_ids": True, "ignore_eos": True},
     ).json()
     assert [c["index"] for c in reply["choices"]] == [0, 1, 2, 3]
     assert [c["prompt_token_ids"] for c in reply["choices"]] == [[10, 11, 12], [10, 11, 12], [40, 41], [40, 41]]
@@ -156,7 +156,7 @@ def test_streamed_greedy_text_and_ids_match_the_non_streamed_reply(client):
 
 def test_streaming_completions_over_raw_sse(server):
     with httpx.stream(
-        "POST", f"{server.base_url}/completions", json={"prompt": "task:", "max_tokens": 4, "stream": True, "return_token_ids": True}
+        "POST", f"{server.base_url}/completions", json={"prompt": "task:", "max_tokens": 4, "stream": True, "return_token_ids": True, "ignore_eos": True},
     ) as response:
         assert response.headers[VERSION_HEADER] == "0"
         lines = [line for line in response.iter_lines() if line]
@@ -190,7 +190,7 @@ def test_async_client_many_concurrent_requests(server):
 
 
 def test_a_client_that_drops_a_stream_stops_its_generation(server):
-    body = {"messages": CHAT, "max_tokens": 480, "stream": True}
+    body = {"messages": CHAT, "max_tokens": 480, "ignore_eos": True, "stream": True}
     with httpx.stream("POST", f"{server.base_url}/chat/completions", json=body) as response:
         lines = response.iter_lines()
         for _ in range(3):
@@ -203,7 +203,7 @@ def test_a_client_that_drops_a_stream_stops_its_generation(server):
 
 
 def test_streamed_text_never_shows_the_stop_string(server, client):
-    kwargs = dict(model="m", prompt="task: add 3 4 ; tool:", max_tokens=16, temperature=0)
+    kwargs = dict(model="m", prompt="task: add 3 4 ; tool:", max_tokens=16, temperature=0, extra_body={"ignore_eos": True})
     text = client.completions.create(**kwargs).choices[0].text
     stop = text[4:6]
     whole = client.completions.create(stop=[stop], **kwargs).choices[0].text
@@ -241,3 +241,13 @@ def test_create_app_is_a_plain_asgi_app():
         app.state.engine.stop()
     assert reply["model"] == "in-process"
     assert reply["usage"]["completion_tokens"] >= 1
+
+
+def test_continue_final_message_extends_a_prefilled_assistant_turn(server):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(server.app.state.engine.model_path)
+    messages = [*CHAT, {"role": "assistant", "content": "answer:"}]
+    body = {"messages": messages, "max_tokens": 1, "continue_final_message": True, "return_token_ids": True}
+    prompt = httpx.post(f"{server.base_url}/chat/completions", json=body).json()["prompt_token_ids"]
+    assert tokenizer.decode(prompt).endswith("<|assistant|>answer:")
