@@ -26,9 +26,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tracerl.instrumentation import llm_span
 from tracerl.instrumentation import token_capture as tc
 from tracerl.instrumentation.settings import settings
-from tracerl.schemas import attributes as A
 
 # Hop-by-hop and body-framing headers: recomputed on each side, never copied.
 _DROP_HEADERS = frozenset(
@@ -100,18 +100,13 @@ class Gateway:
         refusal = settings().why_not_ask_tokens(httpx.URL(self.upstream).host)
         plan, new_body = tc.plan_request(kind, body, refusal is None, refusal)
         model = body.get("model")
-        operation = "chat" if kind == "chat" else "text_completion"
-        attributes = {A.GEN_AI_OPERATION: operation, A.GEN_AI_SYSTEM: "openai", "gen_ai.is_streaming": plan.stream}
-        if model is not None:
-            attributes[A.GEN_AI_REQUEST_MODEL] = str(model)
-        prompt = body.get("messages") if kind == "chat" else body.get("prompt")
+        operation = llm_span.operation(kind)
         span = self.tracer.start_span(
             f"{operation} {model}" if model else operation,
             context=propagate.extract(request.headers),
             kind=SpanKind.CLIENT,
-            attributes=attributes,
+            attributes=llm_span.request_attributes(kind, body, settings().capture_content),
         )
-        span.set_attribute(A.GEN_AI_INPUT_MESSAGES, orjson.dumps(prompt).decode())
         content = orjson.dumps(new_body) if new_body is not None else await request.body()
         upstream = await self._send(request, path, content)
         if isinstance(upstream, JSONResponse):
@@ -144,9 +139,7 @@ class Gateway:
             span.end()
             return Response(data, status_code=upstream.status_code, headers=headers)
         tokens = tc.take_tokens(plan, answer, upstream.headers)
-        self._describe(span, answer)
-        outputs = [c.get("message", c.get("text")) for c in answer.get("choices") or ()]
-        span.set_attribute(A.GEN_AI_OUTPUT_MESSAGES, orjson.dumps(outputs).decode())
+        span.set_attributes(llm_span.response_attributes(plan.kind, answer, settings().capture_content))
         tc.record([span], plan, tokens, settings().token_encoding)
         span.end()
         return Response(orjson.dumps(answer) if plan.ask else data, status_code=upstream.status_code, headers=headers)
@@ -156,8 +149,7 @@ class Gateway:
 
         def done() -> None:
             if span.is_recording():
-                self._describe(span, {"id": stream_tokens.response_id, "model": stream_tokens.response_model})
-                span.set_attribute(A.GEN_AI_OUTPUT_MESSAGES, orjson.dumps(["".join(stream_tokens.text)]).decode())
+                span.set_attributes(llm_span.stream_attributes(stream_tokens, settings().capture_content))
                 tc.record([span], plan, stream_tokens.result(), settings().token_encoding)
                 span.end()
 
@@ -173,13 +165,6 @@ class Gateway:
         finally:
             await upstream.aclose()
             done()
-
-    @staticmethod
-    def _describe(span: Any, answer: dict) -> None:
-        if answer.get("id"):
-            span.set_attribute(A.GEN_AI_RESPONSE_ID, str(answer["id"]))
-        if answer.get("model"):
-            span.set_attribute(A.GEN_AI_RESPONSE_MODEL, str(answer["model"]))
 
 
 def create_gateway_app(upstream: str) -> Starlette:

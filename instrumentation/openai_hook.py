@@ -5,8 +5,8 @@ Two private methods of the SDK's base client are wrapped, the narrowest waist ev
 request passes through: ``_build_request`` (the JSON body is still a dict: the token
 fields are added there, no re-encoding) and ``_send_request`` (the raw response: the
 tokens are read and the added fields removed before the SDK parses it). The LLM call's
-span is whatever span is current at send time (OpenLLMetry's); when no LLM span is
-current (OpenLLMetry switched off), a minimal ``chat``/``text_completion`` span is made.
+span is whatever LLM span is current at send time (OpenLLMetry's or agentops's, when
+they are active); otherwise tracerl makes it (the default: the cheapest capture).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
 from wrapt import wrap_function_wrapper
 
+from tracerl.instrumentation import llm_span
 from tracerl.instrumentation import token_capture as tc
 from tracerl.instrumentation.processor import is_llm_span, llm_span_chain
 from tracerl.instrumentation.settings import settings
-from tracerl.schemas import attributes as A
 
 logger = logging.getLogger(__name__)
 
@@ -70,20 +70,18 @@ def _build_request(wrapped, instance, args, kwargs):
         if not args:
             kwargs = {**kwargs, "options": options}
     request = wrapped(*args, **kwargs)
-    request.extensions[PLAN_EXTENSION] = (plan, body.get("model"))
+    request.extensions[PLAN_EXTENSION] = (plan, body)
     return request
 
 
-def _call_span(plan: tc.Plan, model: str | None) -> tuple[Span, bool]:
-    """The span of this LLM call and whether tracerl owns (must end) it."""
+def _call_span(plan: tc.Plan, body: dict) -> tuple[Span, bool]:
+    """The span of this LLM call and whether tracerl owns (describes and ends) it."""
     span = trace.get_current_span()
     if span.is_recording() and is_llm_span(span):
         return span, False
-    operation = "chat" if plan.kind == "chat" else "text_completion"
-    attributes = {A.GEN_AI_OPERATION: operation, A.GEN_AI_SYSTEM: "openai"}
-    if model:
-        attributes[A.GEN_AI_REQUEST_MODEL] = str(model)
-    name = f"{operation} {model}" if model else operation
+    attributes = llm_span.request_attributes(plan.kind, body, settings().capture_content)
+    model = body.get("model")
+    name = f"{llm_span.operation(plan.kind)} {model}" if model else llm_span.operation(plan.kind)
     return trace.get_tracer("tracerl").start_span(name, kind=SpanKind.CLIENT, attributes=attributes), True
 
 
@@ -91,8 +89,8 @@ class _Capture:
     """One LLM call in flight: its plan, span and (for streams) the SSE rewriter."""
 
     def __init__(self, request: Any) -> None:
-        self.plan, model = request.extensions[PLAN_EXTENSION]
-        self.span, self.owned = _call_span(self.plan, model)
+        self.plan, body = request.extensions[PLAN_EXTENSION]
+        self.span, self.owned = _call_span(self.plan, body)
         self._finished = False
         self.rewriter: tc.SSERewriter | None = None
         self.stream_tokens: tc.StreamTokens | None = None
@@ -122,7 +120,7 @@ class _Capture:
             return response
         tokens = tc.take_tokens(self.plan, body, response.headers)
         if self.owned:
-            self._describe(body)
+            self.span.set_attributes(llm_span.response_attributes(self.plan.kind, body, settings().capture_content))
         if self.plan.ask:
             content = orjson.dumps(body)
             response._content = content
@@ -132,13 +130,9 @@ class _Capture:
 
     def finish_stream(self) -> None:
         """Record what the stream carried so far (at ``[DONE]``, its end, or its close)."""
+        if self.owned and not self._finished:
+            self.span.set_attributes(llm_span.stream_attributes(self.stream_tokens, settings().capture_content))
         self.finish(self.stream_tokens.result())
-
-    def _describe(self, body: dict) -> None:
-        if body.get("id"):
-            self.span.set_attribute(A.GEN_AI_RESPONSE_ID, str(body["id"]))
-        if body.get("model"):
-            self.span.set_attribute(A.GEN_AI_RESPONSE_MODEL, str(body["model"]))
 
     def finish(self, tokens: tc.Tokens | None, error: bool = False) -> None:
         if self._finished:

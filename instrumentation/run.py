@@ -20,6 +20,9 @@ import opentelemetry.instrumentation.auto_instrumentation as auto_instrumentatio
 
 from tracerl.instrumentation import settings as S
 
+DISABLED_ENV = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
+OPENLLMETRY_ENTRY_POINT = "openai"  # opentelemetry_instrumentor entry point of OpenLLMetry
+
 
 def capture_env(
     base: Mapping[str, str],
@@ -54,6 +57,10 @@ def capture_env(
         env[S.SPLIT_ENV] = split
     if capture_content is not None:
         env[S.CAPTURE_CONTENT_ENV] = "true" if capture_content else "false"
+    if env.get(S.LLM_SPANS_ENV, "tracerl") != "openllmetry":
+        # tracerl makes the LLM-call spans itself; OpenLLMetry would add a second, slower one
+        disabled = [d.strip() for d in env.get(DISABLED_ENV, "").split(",") if d.strip()]
+        env[DISABLED_ENV] = ",".join(dict.fromkeys([*disabled, OPENLLMETRY_ENTRY_POINT]))
     hook_dir = str(Path(auto_instrumentation.__file__).parent)
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != hook_dir]
     cwd = os.getcwd()

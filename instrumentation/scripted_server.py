@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import time
 import uuid
@@ -231,24 +230,25 @@ class ScriptedServer:
 
 @contextmanager
 def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
-    """Run an ASGI app with uvicorn in a background thread; yield ``http://host:port``."""
-    sock = socket.socket()
-    sock.bind((host, port))
-    port = sock.getsockname()[1]
+    """Run an ASGI app with uvicorn in a background thread; yield ``http://host:port``.
+
+    Port 0 lets the OS pick a free port, read back from the listening socket.
+    """
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="auto"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{port}", daemon=True)
+    thread = threading.Thread(target=server.run, name="uvicorn-in-thread", daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
+            server.should_exit = True
             raise RuntimeError(f"server on {host}:{port} did not start")
         time.sleep(0.01)
+    bound = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://{host}:{port}"
+        yield f"http://{host}:{bound}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)
-        sock.close()
 
 
 @contextmanager

@@ -80,7 +80,8 @@ def instrument(
     With no global SDK provider yet, one is made that writes spans to Parquet under
     ``data_dir`` (default ``$TRACERL_DATA_DIR`` or ``./tracerl-data``) or to
     ``exporter``; an existing SDK provider (``opentelemetry-instrument``) is kept and
-    only gets tracerl's processor. OpenAI client calls are captured with exact tokens.
+    only gets tracerl's processor. OpenAI client calls are captured with exact tokens,
+    as tracerl's own LLM-call spans (``TRACERL_LLM_SPANS=openllmetry``: OpenLLMetry's).
     """
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):
@@ -92,7 +93,8 @@ def instrument(
     elif exporter is not None or data_dir is not None:
         provider.add_span_processor(BatchSpanProcessor(exporter or ParquetSpanExporter(data_dir)))
     install_hooks(provider)
-    _instrument_openai()
+    if settings().llm_spans == "openllmetry":
+        _instrument_openai()
     return provider
 
 

@@ -140,6 +140,8 @@ class StreamTokens:
         self.text: list[str] = []  # streamed text of choice 0 (for the gateway's span)
         self.response_id: str | None = None
         self.response_model: str | None = None
+        self.finish_reason: str | None = None
+        self.tool_calls: dict[int, dict] = {}  # streamed tool calls of choice 0, merged by index
 
     def chunk(self, body: dict) -> None:
         plan = self.plan
@@ -162,10 +164,26 @@ class StreamTokens:
                 if logprobs is not None:
                     self._saw_logprobs = True
                     self._logprobs.extend(logprobs)
-                piece = (choice.get("delta") or {}).get("content") if plan.kind == "chat" else choice.get("text")
-                if piece:
-                    self.text.append(piece)
+                self._content(choice)
             _strip_choice(plan, choice)
+
+    def _content(self, choice: dict) -> None:
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+        if self.plan.kind != "chat":
+            if choice.get("text"):
+                self.text.append(choice["text"])
+            return
+        delta = choice.get("delta") or {}
+        if delta.get("content"):
+            self.text.append(delta["content"])
+        for call in delta.get("tool_calls") or ():
+            merged = self.tool_calls.setdefault(call.get("index", 0), {"type": "function", "function": {"name": "", "arguments": ""}})
+            if call.get("id"):
+                merged["id"] = call["id"]
+            function = call.get("function") or {}
+            merged["function"]["name"] += function.get("name") or ""
+            merged["function"]["arguments"] += function.get("arguments") or ""
 
     def result(self) -> Tokens:
         if self._saw_ids:

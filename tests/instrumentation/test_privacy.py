@@ -53,7 +53,7 @@ def test_content_capture_can_be_switched_off(captured):
 
 def settings_with(**changes) -> Settings:
     base = dict(data_dir=Path("."), token_encoding="array", token_capture="auto", capture_content=True,
-                max_content_chars=100, redact=None, episode_id=None, task_id=None, split=None, agent_name=None)
+                max_content_chars=100, redact=None, episode_id=None, task_id=None, split=None, agent_name=None, llm_spans="tracerl")
     return Settings(**{**base, **changes})
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -45,6 +46,29 @@ def test_opentelemetry_instrument_with_the_tracerl_exporter_does_the_same(captur
     calls = captured.llm_calls()
     assert [r["completion_token_ids"] for r in calls] == [c.token_ids for c in server.calls]
     assert all(r["episode_id"] is None for r in calls)  # no episode: the pipeline uses the trace
+
+
+def test_openllmetry_can_make_the_llm_spans_instead_and_gets_the_tokens(captured, server):
+    done = captured.tracerl_run(AGENT, TRACERL_LLM_SPANS="openllmetry")
+    assert done.returncode == 0, done.stderr
+    calls = captured.llm_calls()
+    assert [r["scope_name"] for r in calls] == ["opentelemetry.instrumentation.openai.v1"] * 2
+    assert [r["completion_token_ids"] for r in calls] == [c.token_ids for c in server.calls]
+
+
+def test_tracerls_own_llm_spans_describe_the_call(captured, server):
+    done = captured.tracerl_run(AGENT)
+    assert done.returncode == 0, done.stderr
+    first, second = captured.llm_calls()
+    assert (first["name"], first["scope_name"], first["kind"]) == ("chat m", "tracerl", "CLIENT")
+    attrs = json.loads(first["attributes"])
+    assert attrs["gen_ai.response.finish_reasons"] == ["tool_calls"]
+    assert json.loads(attrs["gen_ai.input.messages"]) == [{"role": "user", "content": "2+2?"}]
+    assert json.loads(attrs["gen_ai.output.messages"])[0]["tool_calls"][0]["function"]["name"] == "calc"
+    assert json.loads(attrs["gen_ai.tool.definitions"])[0]["function"]["name"] == "calc"
+    assert attrs["gen_ai.usage.output_tokens"] == len(server.calls[0].token_ids)
+    assert json.loads(json.loads(second["attributes"])["gen_ai.input.messages"])[-1]["role"] == "tool"
+    assert second["response_id"].startswith("chatcmpl-")
 
 
 def test_the_exit_status_of_the_command_is_passed_through(captured):

@@ -1,0 +1,89 @@
+"""GenAI attributes of an LLM-call span, from the request and response bodies.
+
+Used where tracerl makes the LLM-call span itself (the in-process hook when OpenLLMetry
+is not the span maker, and the gateway). Messages are kept as one JSON attribute in
+OpenAI's own shape (``role``, ``content``, ``tool_calls``), which the pipeline reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from tracerl.instrumentation import token_capture as tc
+from tracerl.schemas import attributes as A
+
+_REQUEST_PARAMS = {
+    "temperature": "gen_ai.request.temperature",
+    "top_p": "gen_ai.request.top_p",
+    "max_tokens": "gen_ai.request.max_tokens",
+    "max_completion_tokens": "gen_ai.request.max_tokens",
+    "seed": "gen_ai.request.seed",
+}
+
+
+def operation(kind: str) -> str:
+    return "chat" if kind == "chat" else "text_completion"
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def request_attributes(kind: str, body: dict, content: bool) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        A.GEN_AI_OPERATION: operation(kind),
+        A.GEN_AI_SYSTEM: "openai",
+        "gen_ai.is_streaming": bool(body.get("stream")),
+    }
+    if body.get("model") is not None:
+        attributes[A.GEN_AI_REQUEST_MODEL] = str(body["model"])
+    for field, key in _REQUEST_PARAMS.items():
+        value = body.get(field)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            attributes[key] = value
+    if content:
+        messages = body.get("messages") if kind == "chat" else [{"role": "user", "content": body.get("prompt")}]
+        attributes[A.GEN_AI_INPUT_MESSAGES] = _json(messages)
+        if body.get("tools"):
+            attributes["gen_ai.tool.definitions"] = _json(body["tools"])
+    return attributes
+
+
+def response_attributes(kind: str, answer: dict, content: bool) -> dict[str, Any]:
+    attributes: dict[str, Any] = {}
+    if answer.get("id"):
+        attributes[A.GEN_AI_RESPONSE_ID] = str(answer["id"])
+    if answer.get("model"):
+        attributes[A.GEN_AI_RESPONSE_MODEL] = str(answer["model"])
+    choices = answer.get("choices") or []
+    reasons = [str(c["finish_reason"]) for c in choices if c.get("finish_reason")]
+    if reasons:
+        attributes["gen_ai.response.finish_reasons"] = reasons
+    usage = answer.get("usage") or {}
+    if isinstance(usage.get("prompt_tokens"), int):
+        attributes["gen_ai.usage.input_tokens"] = usage["prompt_tokens"]
+    if isinstance(usage.get("completion_tokens"), int):
+        attributes["gen_ai.usage.output_tokens"] = usage["completion_tokens"]
+    if content:
+        if kind == "chat":
+            outputs = [c.get("message") for c in choices]
+        else:
+            outputs = [{"role": "assistant", "content": c.get("text")} for c in choices]
+        attributes[A.GEN_AI_OUTPUT_MESSAGES] = _json(outputs)
+    return attributes
+
+
+def stream_attributes(stream: tc.StreamTokens, content: bool) -> dict[str, Any]:
+    """What a streamed response said, once it is over."""
+    answer: dict[str, Any] = {"id": stream.response_id, "model": stream.response_model}
+    if stream.finish_reason:
+        answer["choices"] = [{"finish_reason": stream.finish_reason}]
+    attributes = response_attributes("chat", answer, content=False)
+    if content:
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(stream.text)}
+        if stream.tool_calls:
+            message["tool_calls"] = list(stream.tool_calls.values())
+        attributes[A.GEN_AI_OUTPUT_MESSAGES] = _json([message])
+    return attributes
