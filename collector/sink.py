@@ -282,17 +282,29 @@ class DurableTable:
 
     def _replay(self, seq: int) -> None:
         segment = wal.read_segment(self.wal_dir, seq)
-        if segment.records and not (segment.partition and self._already_written(seq, segment.partition)):
-            tables = [self.kind.table(self.kind.convert(record)) for record in segment.records]
-            rows = sum(t.num_rows for t in tables)
-            if rows:
-                self._write(seq, segment.partition or hour_partition(), pa.concat_tables(tables))
-            log.info("replayed %d %s records (%d rows) from WAL segment %d", len(segment.records), self.kind.name, rows, seq)
+        if segment.records:
+            if segment.partition is None:  # seal it first, so a crash during replay stays idempotent
+                segment.partition = hour_partition()
+                wal.SegmentWriter(self.wal_dir, seq).close(segment.partition)
+            if not self._already_written(seq, segment.partition):
+                tables = [self.kind.table(self.kind.convert(record)) for record in segment.records]
+                rows = sum(t.num_rows for t in tables)
+                if rows:
+                    self._write(seq, segment.partition, pa.concat_tables(tables))
+                log.info("replayed %d %s records (%d rows) from WAL segment %d", len(segment.records), self.kind.name, rows, seq)
         segment.path.unlink()
 
     def _already_written(self, seq: int, partition: str) -> bool:
-        """Did a crash hit between the Parquet commit and the segment's deletion?"""
+        """Did a crash hit between the Parquet commit and the segment's deletion?
+
+        Also removes the hidden temporary file of a write the crash interrupted."""
         fs, base = resolve(self.root)
         selector = pafs.FileSelector(f"{base}/{partition}", allow_not_found=True)
         prefix = self._prefix(seq) + "-"
-        return any(info.base_name.startswith(prefix) for info in fs.get_file_info(selector))
+        written = False
+        for info in fs.get_file_info(selector):
+            if info.base_name.startswith(prefix):
+                written = True
+            elif info.base_name.startswith("." + prefix) and info.base_name.endswith(".tmp"):
+                fs.delete_file(info.path)
+        return written

@@ -58,6 +58,9 @@ def test_replay_of_a_sealed_segment_is_exact(tmp_path, read, parquet_was_written
     if parquet_was_written:
         rows = [r for p in payloads for r in TRACES.table.convert(p).rows]
         write_parquet_atomic(TRACES.table.to_table(rows), out / "spans", prefix="c1-000000000003", partition=partition)
+    else:  # the crash interrupted the write: a hidden temporary file is left behind
+        (out / "spans" / partition).mkdir(parents=True)
+        (out / "spans" / partition / ".c1-000000000003-1-x.parquet.tmp").write_bytes(b"PAR1 half")
 
     server = CollectorServer(config, Endpoints(http_port=0, grpc_port=None)).start()
     server.stop()
@@ -65,6 +68,25 @@ def test_replay_of_a_sealed_segment_is_exact(tmp_path, read, parquet_was_written
     assert table.num_rows == 20 and len(set(table["span_id"].to_pylist())) == 20
     assert all(f.parent.name == "hour=00" for f in (out / "spans").glob("**/*.parquet"))
     assert not list(wal_dir.glob("*.wal"))
+    assert not list((out / "spans").glob("**/.*.tmp"))
+
+
+def test_replay_of_an_unsealed_segment_seals_it_first(tmp_path, read):
+    """The segment that was open at the crash: replay writes it under the partition it seals it
+    with, so a second crash in the middle of replay cannot write it twice."""
+    config = CollectorConfig(out=str(tmp_path / "data"), instance_id="c1")
+    wal_dir = worker_wal_dir(config, 0) / "spans"
+    wal_dir.mkdir(parents=True)
+    writer = wal.SegmentWriter(wal_dir, 5)
+    writer.append(encode_batches(make_spans(10, seed=6), batch_size=5))
+    writer.sync()  # no commit record: the process died while this segment was open
+    segment = wal.read_segment(wal_dir, 5)
+    assert segment.partition is None
+
+    CollectorServer(config, Endpoints(http_port=0, grpc_port=None)).start().stop()
+    (written,) = (tmp_path / "data" / "spans").glob("**/*.parquet")
+    assert written.name.startswith("c1-000000000005-")
+    assert read(tmp_path / "data").num_rows == 10
 
 
 def test_a_second_collector_cannot_share_a_wal(tmp_path):
@@ -156,3 +178,29 @@ def test_shutdown_during_a_storage_outage_leaves_the_rows_in_the_wal(tmp_path, r
     out.unlink()  # storage is back
     CollectorServer(config, Endpoints(http_port=0, grpc_port=None)).start().stop()
     assert read(out).num_rows == 20
+
+
+def test_a_crash_in_the_middle_of_replay_does_not_duplicate(tmp_path, read, monkeypatch):
+    from tracerl.collector import sink
+
+    config = CollectorConfig(out=str(tmp_path / "data"), instance_id="c1")
+    wal_dir = worker_wal_dir(config, 0) / "spans"
+    wal_dir.mkdir(parents=True)
+    writer = wal.SegmentWriter(wal_dir, 5)
+    writer.append(encode_batches(make_spans(10, seed=6), batch_size=5))
+    writer.sync()
+
+    def write_then_die(*args, **kwargs):
+        write_parquet_atomic(*args, **kwargs)
+        raise SystemExit("killed after the Parquet commit, before the segment was deleted")
+
+    monkeypatch.setattr(sink, "write_parquet_atomic", write_then_die)
+    server = CollectorServer(config, Endpoints(http_port=0, grpc_port=None))
+    with pytest.raises(SystemExit):
+        server.start()
+    os.close(server.collector._lock_fd)  # the dead process's lock goes with it
+    monkeypatch.undo()
+
+    CollectorServer(config, Endpoints(http_port=0, grpc_port=None)).start().stop()
+    table = read(tmp_path / "data")
+    assert table.num_rows == 10 and len(set(table["span_id"].to_pylist())) == 10
