@@ -115,11 +115,12 @@ def test_every_response_reports_the_version_that_generated_all_its_tokens(server
         0: AutoModelForCausalLM.from_pretrained(ensure_tiny_model()).eval(),
         1: AutoModelForCausalLM.from_pretrained(trained_checkpoint).eval(),
     }
-    stop = threading.Event()
+    reloaded, stop = threading.Event(), threading.Event()
 
     def agent(i: int) -> list[dict]:
-        replies = []
-        while not stop.is_set() or not replies:
+        """Call the policy until served by the new version (or told to give up)."""
+        replies: list[dict] = []
+        while not stop.is_set() and not (reloaded.is_set() and replies and replies[-1]["policy_version"] == 1):
             body = {
                 "messages": [{"role": "user", "content": f"task: add {i} {len(replies)}"}],
                 "max_tokens": 12,
@@ -131,11 +132,13 @@ def test_every_response_reports_the_version_that_generated_all_its_tokens(server
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         futures = [pool.submit(agent, i) for i in range(8)]
-        time.sleep(1.0)
-        assert _load(server, path=str(trained_checkpoint)).json() == {"policy_version": 1}
-        time.sleep(1.0)
-        stop.set()
-        replies = [r for f in futures for r in f.result()]
+        try:
+            time.sleep(0.5)
+            assert _load(server, path=str(trained_checkpoint)).json() == {"policy_version": 1}
+            reloaded.set()
+            replies = [r for f in futures for r in f.result()]
+        finally:
+            stop.set()
 
     assert {r["policy_version"] for r in replies} == {0, 1}
     for reply in replies:
