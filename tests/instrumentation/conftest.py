@@ -120,6 +120,24 @@ class Captured:
     def rows(self) -> list[dict]:
         return read_spans(self.data_dir)
 
+    def dataset(self, episode_id: str, reward: float = 1.0) -> list[dict]:
+        """Grade the episode late (a rewards row, as an external grader would) and build
+        the training dataset with the pipeline; its transitions in step order."""
+        import time
+
+        import pyarrow as pa
+
+        from tracerl.pipeline import build_dataset
+        from tracerl.schemas import REWARDS_SCHEMA
+        from tracerl.storage import write_parquet_atomic
+
+        grade = {"episode_id": episode_id, "name": "grade", "value": reward, "time_unix_nano": time.time_ns()}
+        write_parquet_atomic(pa.Table.from_pylist([grade], schema=REWARDS_SCHEMA), self.data_dir / "rewards", prefix="rewards")
+        out = self.tmp_path / "dataset"
+        build_dataset(self.data_dir, out)
+        rel = duckdb.sql(f"select * from read_parquet('{out}/transitions-*.parquet') order by step")
+        return [dict(zip(rel.columns, row)) for row in rel.fetchall()]
+
     def llm_calls(self) -> list[dict]:
         """Rows of the LLM-call spans (those that carry a request model), in start order."""
         return [r for r in self.rows() if r["request_model"] is not None]

@@ -13,16 +13,24 @@ pytestmark = [pytest.mark.frameworks, pytest.mark.slow]
 MODEL_INFO = '{"vision": False, "function_calling": True, "json_output": False, "family": "unknown", "structured_output": False}'
 
 
-def check_calls(captured, server, agents: list[str]) -> list[dict]:
-    """Every server call has exactly one span, in order, with the exact tokens."""
+def check_calls(captured, server, agents: list[str], episode_id: str) -> list[dict]:
+    """Every server call has exactly one span and one training transition, in order,
+    with the agent that made it and the exact tokens the server returned."""
     calls = captured.llm_calls()
     assert len(calls) == len(server.calls), [c["name"] for c in calls]
     for row, truth in zip(calls, server.calls):
         assert row["prompt_token_ids"] == truth.prompt_token_ids
         assert row["completion_token_ids"] == truth.token_ids
         assert row["completion_logprobs"] == pytest.approx(truth.logprobs)
-        assert row["policy_version"] == 7
+        assert row["policy_version"] == 7 and row["episode_id"] == episode_id
     assert [r["agent_name"] for r in calls] == agents
+
+    transitions = captured.dataset(episode_id, reward=1.0)
+    assert [t["agent_name"] for t in transitions] == agents
+    for transition, truth in zip(transitions, server.calls):
+        assert transition["prompt_token_ids"] == truth.prompt_token_ids
+        assert transition["response_token_ids"] == truth.token_ids
+        assert transition["episode_id"] == episode_id and transition["return"] == 1.0
     return calls
 
 
@@ -70,10 +78,10 @@ def test_langgraph_nodes_name_the_calls_made_with_langchain(captured, server):
         graph.add_edge("solver", END)
         print("ANSWER", graph.compile().invoke({"question": "6*7?"})["answer"])
         """,
-        "--task-id", "lg-1",
+        "--task-id", "lg-1", "--episode-id", "ep-langgraph",
     )
     assert "ANSWER done after 1 messages" in out
-    calls = check_calls(captured, server, ["planner", "solver", "solver"])
+    calls = check_calls(captured, server, ["planner", "solver", "solver"], "ep-langgraph")
     assert server.calls[2].request["stream"] is True
     assert {r["task_id"] for r in calls} == {"lg-1"}
 
@@ -102,10 +110,11 @@ def test_openai_agents_sdk_agent_names_and_no_upload_to_openai(captured, server)
         print("PROCESSORS", [type(p).__name__ for p in get_trace_provider()._multi_processor._processors])
         print("LAST", result.last_agent.name)
         """,
+        "--episode-id", "ep-agents-sdk",
     )
     assert "PROCESSORS ['OTelTraceProcessor']" in out  # the default OpenAI uploader is gone
     assert "LAST solver" in out
-    check_calls(captured, server, ["triage", "solver", "solver"])
+    check_calls(captured, server, ["triage", "solver", "solver"], "ep-agents-sdk")
     names = [r["name"] for r in captured.rows()]
     assert "invoke_agent triage" in names and "execute_tool lookup" in names
     assert "handoff triage -> solver" in names
@@ -134,9 +143,10 @@ def test_autogen_agent_names_from_autogen_core_spans(captured, server):
         result = asyncio.run(team.run(task="6*7?"))
         print("SOURCES", [m.source for m in result.messages])
         """,
+        "--episode-id", "ep-autogen",
     )
     assert "'writer'" in out
-    check_calls(captured, server, ["researcher", "writer", "researcher"])
+    check_calls(captured, server, ["researcher", "writer", "researcher"], "ep-autogen")
     assert server.calls[1].request["stream"] is True
 
 
