@@ -155,13 +155,8 @@ class Gateway:
 
         rewriter = tc.SSERewriter(stream_tokens, done)
         try:
-            async for piece in upstream.aiter_bytes():
-                out = rewriter.feed(piece)
-                if out:
-                    yield out
-            tail = rewriter.flush()
-            if tail:
-                yield tail
+            async for out in rewriter.arewrite(upstream.aiter_bytes()):
+                yield out
         finally:
             await upstream.aclose()
             done()

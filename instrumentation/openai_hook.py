@@ -162,14 +162,7 @@ class _SyncStream(*_stream_base("SyncByteStream")):
         self._capture = capture
 
     def __iter__(self):
-        rewriter = self._capture.rewriter
-        for chunk in self._inner:
-            out = rewriter.feed(chunk)
-            if out:
-                yield out
-        tail = rewriter.flush()
-        if tail:
-            yield tail
+        return self._capture.rewriter.rewrite(self._inner)
 
     def close(self) -> None:
         self._capture.finish_stream()
@@ -181,15 +174,8 @@ class _AsyncStream(*_stream_base("AsyncByteStream")):
         self._inner = inner
         self._capture = capture
 
-    async def __aiter__(self):
-        rewriter = self._capture.rewriter
-        async for chunk in self._inner:
-            out = rewriter.feed(chunk)
-            if out:
-                yield out
-        tail = rewriter.flush()
-        if tail:
-            yield tail
+    def __aiter__(self):
+        return self._capture.rewriter.arewrite(self._inner)
 
     async def aclose(self) -> None:
         self._capture.finish_stream()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,6 +219,26 @@ class SSERewriter:
         out = self._rewrite(event) if event else b""
         self._on_done()
         return out
+
+    def rewrite(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        """The rewritten stream of a sync byte stream."""
+        for chunk in chunks:
+            out = self.feed(chunk)
+            if out:
+                yield out
+        tail = self.flush()
+        if tail:
+            yield tail
+
+    async def arewrite(self, chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+        """The rewritten stream of an async byte stream."""
+        async for chunk in chunks:
+            out = self.feed(chunk)
+            if out:
+                yield out
+        tail = self.flush()
+        if tail:
+            yield tail
 
     def _rewrite(self, event: bytes) -> bytes:
         lines = event.splitlines(keepends=True)
