@@ -79,9 +79,12 @@ def demo(
 
         rows = run_demo(cfg, on_phase=on_phase)
         bar.update(task, completed=rounds + 1, description="done")
+    def fmt(value: Optional[float]) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
     for row in rows:
         console.print(
-            f"round {row['round']}: train {row['train_mean_reward']:.3f}  held-out {row['eval_mean_reward']:.3f}  "
+            f"round {row['round']}: train {fmt(row['train_mean_reward'])}  held-out {fmt(row['eval_mean_reward'])}  "
             f"transitions {row['transitions']}  ({row['seconds']} s)"
         )
     console.print(f"metrics: {out / 'metrics.jsonl'}   reward curve: {out / 'reward_curve.png'}")
