@@ -10,9 +10,11 @@ own connection; CPU work runs in a worker thread so the event loop keeps serving
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import zlib
+from concurrent.futures import Future
 
 import anyio
 import anyio.to_thread
@@ -80,7 +82,8 @@ async def _handle(collector: Collector, signal: Signal, request: Request, body_t
             reserved += len(body)
         elif encoding not in ("identity", ""):
             raise HttpError(415, f"Content-Encoding {encoding!r} is not supported; use gzip, deflate or none")
-        response = await anyio.to_thread.run_sync(_export, collector, signal, body, as_json)
+        durable, response = await anyio.to_thread.run_sync(_export, collector, signal, body, as_json)
+        await asyncio.wrap_future(durable)  # no thread held while the WAL syncs
         if response.HasField("partial_success"):
             log.info("%s: rejected %d items of one request", signal.table.name, _rejected(response))
         return _message(200, response, as_json)
@@ -99,16 +102,14 @@ async def _handle(collector: Collector, signal: Signal, request: Request, body_t
         collector.admission.release(reserved)
 
 
-def _export(collector: Collector, signal: Signal, body: bytes, as_json: bool) -> Message:
-    """Parse, convert, submit, wait until durable (in a worker thread)."""
+def _export(collector: Collector, signal: Signal, body: bytes, as_json: bool) -> tuple[Future, Message]:
+    """Parse, convert and submit (in a worker thread); the future completes once durable."""
     if as_json:
         request = otlp.parse_json(body, signal.table.request)
         body = request.SerializeToString()  # the WAL holds protobuf, whatever came in
     else:
         request = otlp.parse_protobuf(body, signal.table.request)
-    durable, response = collector.export(signal, request, body)
-    durable.result()
-    return response
+    return collector.export(signal, request, body)
 
 
 def _authorize(token: str | None, header: str | None) -> None:
