@@ -57,16 +57,16 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads of the decoding loop")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the decoding loop (0: torch's default)")
     args = parser.parse_args()
 
     rows = {}
     for mode, batch in (("batched", 64), ("serial", 1)):
-        with running_server(max_batch_size=batch, num_threads=args.threads) as server:
+        with running_server(max_batch_size=batch, num_threads=args.threads or None) as server:
             for clients in args.clients:
                 rows[mode, clients] = run_load(server.base_url, clients, args.requests, args.max_tokens)
 
-    print(f"{args.requests} chat requests, max_tokens={args.max_tokens}, tiny model, decode threads={args.threads}")
+    print(f"{args.requests} chat requests, max_tokens={args.max_tokens}, tiny model, decode threads={args.threads or "torch default"}")
     print(f"{'clients':>7} | {'mode':>7} | {'req/s':>7} | {'tok/s':>7} | {'p50 s':>6} || batched/serial tok/s")
     for clients in args.clients:
         for mode in ("batched", "serial"):
