@@ -20,7 +20,7 @@ def serve(
     http_port: int = typer.Option(4318, help="OTLP/HTTP port (0: any free port)."),
     grpc_port: int = typer.Option(4317, help="OTLP/gRPC port (0: any free port, -1: no gRPC)."),
     wal_dir: Optional[Path] = typer.Option(None, help="Write-ahead log folder (default OUT/.collector-wal; required for object-store OUT). One per collector."),
-    instance_id: Optional[str] = typer.Option(None, help="Name in Parquet file names (default: made once, kept in the WAL folder)."),
+    instance_id: Optional[str] = typer.Option(None, help="Name in Parquet file names, unique per collector (default: made once, kept in the WAL folder)."),
     auth_token: Optional[str] = typer.Option(None, envvar="TRACERL_COLLECTOR_TOKEN", help="Require 'Authorization: Bearer <token>'."),
     tls_cert: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, help="PEM certificate: serve HTTPS and gRPC over TLS."),
     tls_key: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, help="PEM private key for --tls-cert."),

@@ -18,7 +18,7 @@ def test_workers_share_ports_and_write_one_dataset(tmp_path, read):
     out = tmp_path / "data"
     proc = subprocess.Popen(
         [sys.executable, "-m", "tracerl", "collector", "serve", "--out", str(out), "--http-port", "0",
-         "--grpc-port", "0", "--workers", "2", "--log-level", "warning"],
+         "--grpc-port", "0", "--workers", "2", "--instance-id", "edge", "--log-level", "warning"],
         stdout=subprocess.PIPE, text=True,
     )
     try:
@@ -37,7 +37,7 @@ def test_workers_share_ports_and_write_one_dataset(tmp_path, read):
         assert proc.wait(timeout=60) == 0
     table = read(out)
     assert set(table["span_id"].to_pylist()) == sent and table.num_rows == len(sent)
-    instances = {p.name.split("-")[0] for p in (out / "spans").glob("**/*.parquet")}
+    instances = {p.name.split("-")[0] for p in (out / "spans").glob("**/*.parquet")}  # edge, edge_w1
     wal_dirs = sorted(p.name for p in (out / ".collector-wal").iterdir() if p.is_dir())
     assert wal_dirs == ["worker-0", "worker-1"]
-    assert len(instances) == 2, "both workers received spans and name their files apart"
+    assert instances == {"edge", "edge_w1"}, "both workers received spans and name their files apart"
