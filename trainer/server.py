@@ -320,12 +320,15 @@ class _CompletionReply:
                 if self.req.logprobs is not None:
                     choice["logprobs"] = self._logprobs([event.token_id], [event.logprob], [event.top_logprobs], offsets[i])
                 offsets[i] += len(event.text)
+                chunk = self._chunk([choice])
                 if self.req.return_token_ids:
                     if i not in started:
                         choice["prompt_token_ids"] = self._prompt_of(i)
+                        if not started and len(self.prompts) == 1:  # like the non-streamed body
+                            chunk["prompt_token_ids"] = self.prompts[0]
                     choice["token_ids"] = [event.token_id]
                 started.add(i)
-                yield self._chunk([choice])
+                yield chunk
             else:
                 results.append(event)
                 choice = {"index": event.choice, "text": "", "logprobs": None, "finish_reason": event.finish_reason}

@@ -162,7 +162,8 @@ def test_streaming_completions_over_raw_sse(server):
         lines = [line for line in response.iter_lines() if line]
     assert lines[-1] == "data: [DONE]"
     chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
-    assert chunks[0]["choices"][0]["prompt_token_ids"]
+    assert chunks[0]["choices"][0]["prompt_token_ids"] == chunks[0]["prompt_token_ids"]
+    assert all("prompt_token_ids" not in c for c in chunks[1:])
     assert sum(len(c["choices"][0]["token_ids"]) for c in chunks) == 4
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
 
