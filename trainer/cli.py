@@ -97,6 +97,7 @@ def serve(
     served_model_name: Optional[str] = typer.Option(None, "--served-model-name", help="Name in /v1/models (default: the model dir's name)."),
     max_batch_size: int = typer.Option(64, "--max-batch-size", help="Most sequences decoded together."),
     threads: int = typer.Option(1, "--threads", help="Torch threads of the decoding loop (0: torch's default)."),
+    policy_version: int = typer.Option(0, "--policy-version", min=0, help="Version the served weights are (e.g. when restarting on round k's checkpoint)."),
 ) -> None:
     """Serve a policy over the OpenAI API (chat, completions) with token ids, log-probs and policy versions."""
     import uvicorn
@@ -105,7 +106,9 @@ def serve(
 
     if model is not None and not (model / "config.json").is_file():
         raise typer.BadParameter(f"{model} is not a Hugging Face model dir (no config.json)", param_hint="--model")
-    app = create_app(model, served_model_name=served_model_name, max_batch_size=max_batch_size, num_threads=threads or None)
+    app = create_app(
+        model, served_model_name=served_model_name, max_batch_size=max_batch_size, policy_version=policy_version, num_threads=threads or None
+    )
     engine = app.state.engine
     console.print(f"serving {engine.model_path} at http://{host}:{port}/v1 (policy version {engine.policy_version})")
     uvicorn.run(app, host=host, port=port, log_level="info")

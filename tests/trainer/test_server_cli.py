@@ -20,7 +20,7 @@ def test_tracerl_serve_answers_chat_and_stops_cleanly(tmp_path):
     port = _free_port()
     log = (tmp_path / "serve.log").open("w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "tracerl", "serve", "--port", str(port), "--served-model-name", "policy"],
+        [sys.executable, "-m", "tracerl", "serve", "--port", str(port), "--served-model-name", "policy", "--policy-version", "3"],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -41,7 +41,7 @@ def test_tracerl_serve_answers_chat_and_stops_cleanly(tmp_path):
             f"http://127.0.0.1:{port}/v1/chat/completions",
             json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "return_token_ids": True},
         ).json()
-        assert reply["model"] == "policy" and reply["policy_version"] == 0
+        assert reply["model"] == "policy" and reply["policy_version"] == 3
         assert 1 <= len(reply["choices"][0]["token_ids"]) <= 3
     finally:
         process.terminate()
