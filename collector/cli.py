@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from tracerl.collector.service import MiB, CollectorConfig
+from tracerl.collector.service import MiB, CollectorConfig, replay_unused_wals
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 
@@ -59,6 +59,7 @@ def serve(
         if workers > 1:
             serve_workers(config, endpoints, workers, ready)
         else:
+            replay_unused_wals(config, workers)  # e.g. of worker 1 when the last run had --workers 2
             server = CollectorServer(config, endpoints)
             server.serve(on_ready=lambda: ready(server.http_port, server.grpc_port))
     except (ValueError, RuntimeError, OSError) as exc:

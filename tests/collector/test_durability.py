@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from tracerl.collector import wal
 from tracerl.collector.loadgen import encode_batches, make_spans
-from tracerl.collector.service import TRACES, CollectorConfig, worker_wal_dir
+from tracerl.collector.service import TRACES, CollectorConfig, replay_unused_wals, worker_wal_dir
 from tracerl.collector.server import CollectorServer, Endpoints
 from tracerl.storage import write_parquet_atomic
 
@@ -204,3 +204,16 @@ def test_a_crash_in_the_middle_of_replay_does_not_duplicate(tmp_path, read, monk
     CollectorServer(config, Endpoints(http_port=0, grpc_port=None)).start().stop()
     table = read(tmp_path / "data")
     assert table.num_rows == 10 and len(set(table["span_id"].to_pylist())) == 10
+
+
+def test_wal_of_a_worker_no_longer_started_is_committed(tmp_path, read):
+    """Last run had --workers 2, this one has 1: worker 1's acknowledged rows are not stranded."""
+    config = CollectorConfig(out=str(tmp_path / "data"))
+    wal_dir = worker_wal_dir(config, 1) / "spans"
+    wal_dir.mkdir(parents=True)
+    writer = wal.SegmentWriter(wal_dir, 1)
+    writer.append(encode_batches(make_spans(7, seed=8)))
+    writer.sync()
+    replay_unused_wals(config, workers=1)
+    assert read(tmp_path / "data").num_rows == 7
+    assert not wal.list_segments(wal_dir)
