@@ -12,6 +12,7 @@ they are active); otherwise tracerl makes it (the default: the cheapest capture)
 from __future__ import annotations
 
 import atexit
+import functools
 import importlib
 import logging
 from typing import Any
@@ -82,7 +83,12 @@ def _call_span(plan: tc.Plan, body: dict) -> tuple[Span, bool]:
     attributes = llm_span.request_attributes(plan.kind, body, settings().capture_content)
     model = body.get("model")
     name = f"{llm_span.operation(plan.kind)} {model}" if model else llm_span.operation(plan.kind)
-    return trace.get_tracer("tracerl").start_span(name, kind=SpanKind.CLIENT, attributes=attributes), True
+    return _tracer().start_span(name, kind=SpanKind.CLIENT, attributes=attributes), True
+
+
+@functools.lru_cache(maxsize=1)
+def _tracer() -> trace.Tracer:
+    return trace.get_tracer("tracerl")
 
 
 class _Capture:

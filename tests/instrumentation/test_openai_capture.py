@@ -124,21 +124,27 @@ def test_hosted_apis_are_never_sent_vllm_fields():
     assert settings().why_not_ask_tokens("127.0.0.1") is None and settings().why_not_ask_tokens("vllm.internal") is None
 
 
-@pytest.mark.parametrize(
-    ("env", "expected"),
-    [({"OTEL_TRACES_EXPORTER": "tracerl"}, "array"), ({"OTEL_TRACES_EXPORTER": "otlp"}, "packed"),
-     ({"OTEL_TRACES_EXPORTER": "otlp", "TRACERL_TOKEN_ENCODING": "array"}, "array"), ({}, "array")],
-)
-def test_tokens_are_packed_only_when_spans_leave_the_process_over_otlp(monkeypatch, env, expected):
+@pytest.mark.parametrize(("value", "expected"), [(None, "packed"), ("array", "array"), ("packed", "packed")])
+def test_tokens_are_packed_unless_arrays_are_asked_for(monkeypatch, value, expected):
     from tracerl.instrumentation import settings as S
 
-    monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
     monkeypatch.delenv("TRACERL_TOKEN_ENCODING", raising=False)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
+    if value is not None:
+        monkeypatch.setenv("TRACERL_TOKEN_ENCODING", value)
     S.settings.cache_clear()
     try:
         assert S.settings().token_encoding == expected
     finally:
         monkeypatch.undo()
         S.settings.cache_clear()
+
+
+def test_plain_int_arrays_on_request_land_in_the_same_columns(captured, server):
+    done = captured.tracerl_run(
+        "import os, openai\n"
+        "openai.OpenAI(base_url=os.environ['BASE_URL']).chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'hi'}])",
+        TRACERL_TOKEN_ENCODING="array",
+    )
+    assert done.returncode == 0, done.stderr
+    (call,) = captured.llm_calls()
+    assert call["completion_token_ids"] == server.calls[0].token_ids
