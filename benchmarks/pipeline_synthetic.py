@@ -41,10 +41,13 @@ def _gather(stream: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.n
     return stream[first + np.arange(total)]
 
 
-def generate(episodes: int, *, calls: int = 4, group_size: int = 8, seed: int = 0,
+def generate(episodes: int, *, first: int = 0, calls: int = 4, group_size: int = 8, seed: int = 0,
              prompt_range: tuple[int, int] = (200, 400), response_range: tuple[int, int] = (30, 150),
              tool_range: tuple[int, int] = (10, 60)) -> pa.Table:
-    """A spans table of ``episodes * (calls * 2 + 2)`` spans (10 per episode with the defaults)."""
+    """A spans table of ``episodes * (calls * 2 + 2)`` spans (10 per episode with the defaults).
+
+    Episodes are numbered from ``first``, so tables generated in chunks do not collide.
+    """
     rng = np.random.default_rng(seed)
     n_calls = episodes * calls
     base_len = rng.integers(*prompt_range, size=episodes)
@@ -66,17 +69,18 @@ def generate(episodes: int, *, calls: int = 4, group_size: int = 8, seed: int = 
     n = episodes * per_episode
     ep = np.repeat(np.arange(episodes), per_episode)
     slot = np.tile(np.arange(per_episode), episodes)  # 0 episode, 1 agent, 2.. call/tool alternating, last reward
-    trace = np.array([f"{e:032x}" for e in range(episodes)], dtype=object)
-    episode_ids = np.array([f"ep-{e:07d}" for e in range(episodes)], dtype=object)
-    task_ids = np.array([f"task-{e // group_size:06d}" for e in range(episodes)], dtype=object)
-    span_ids = np.array([f"{e:08x}{s:08x}" for e, s in zip(ep, slot)], dtype=object)
-    parent = np.where(slot == 0, None, np.where(slot == 1, np.array([f"{e:08x}{0:08x}" for e in ep], dtype=object),
-                                                 np.array([f"{e:08x}{1:08x}" for e in ep], dtype=object)))
+    numbers = range(first, first + episodes)
+    trace = np.array([f"{e + 1:032x}" for e in numbers], dtype=object)
+    episode_ids = np.array([f"ep-{e:07d}" for e in numbers], dtype=object)
+    task_ids = np.array([f"task-{e // group_size:06d}" for e in numbers], dtype=object)
+    span_ids = np.array([f"{e + first + 1:08x}{s + 1:08x}" for e, s in zip(ep, slot)], dtype=object)
+    parent = np.where(slot == 0, None, np.where(slot == 1, np.array([f"{e + first + 1:08x}{1:08x}" for e in ep], dtype=object),
+                                                 np.array([f"{e + first + 1:08x}{2:08x}" for e in ep], dtype=object)))
     body = (slot >= 2) & (slot < per_episode - 1)
     is_call = body & ((slot - 2) % 2 == 0)
     is_tool = body & ((slot - 2) % 2 == 1)
     is_reward = slot == per_episode - 1
-    start = BASE_NS + ep.astype(np.int64) * 50_000_000 + slot.astype(np.int64) * 1_000_000
+    start = BASE_NS + (ep.astype(np.int64) + first) * 50_000_000 + slot.astype(np.int64) * 1_000_000
     end = start + 900_000
     end[slot == 0] = start[slot == 0] + per_episode * 1_000_000 + 1
     end[slot == 1] = start[slot == 1] + (per_episode - 1) * 1_000_000
@@ -85,7 +89,8 @@ def generate(episodes: int, *, calls: int = 4, group_size: int = 8, seed: int = 
         is_call, "chat policy", np.where(is_tool, "execute_tool calculator", A.REWARD_SPAN_NAME)))).astype(object)
     rewards = (rng.random(episodes) < 0.5).astype(np.float64)
     call_index = np.cumsum(is_call) - 1
-    response_id = np.array([f"chatcmpl-{i:09d}" if c else None for i, c in zip(call_index, is_call)], dtype=object)
+    response_id = np.array([f"chatcmpl-{first * calls + i:09d}" if c else None for i, c in zip(call_index, is_call)],
+                           dtype=object)
 
     attributes = []
     for i in range(n):
@@ -133,12 +138,12 @@ def _spread(values: pa.Array, mask: np.ndarray, index: np.ndarray) -> pa.Array:
     return pc.if_else(pa.array(mask), taken, pa.nulls(len(mask), values.type))
 
 
-def write(table: pa.Table, out: Path, spans_per_file: int = 20_000) -> Path:
-    """Write ``table`` as ``out/spans/date=2026-01-01/hour=00/spans-*.parquet``; return ``out``."""
+def write(table: pa.Table, out: Path, spans_per_file: int = 20_000, prefix: str = "spans") -> Path:
+    """Write ``table`` as ``out/spans/date=2026-01-01/hour=00/PREFIX-*.parquet``; return ``out``."""
     folder = out / "spans" / "date=2026-01-01" / "hour=00"
     folder.mkdir(parents=True, exist_ok=True)
     for i in range(0, table.num_rows, spans_per_file):
-        pq.write_table(table.slice(i, spans_per_file), folder / f"spans-{i // spans_per_file:05d}.parquet", compression="zstd")
+        pq.write_table(table.slice(i, spans_per_file), folder / f"{prefix}-{i // spans_per_file:05d}.parquet", compression="zstd")
     return out
 
 
