@@ -1,0 +1,5 @@
+"""OTLP receiver (HTTP protobuf/JSON and gRPC) writing durable, partitioned Parquet.
+
+Entry points: ``tracerl collector serve`` (:mod:`tracerl.collector.cli`), or
+:class:`tracerl.collector.server.CollectorServer` to embed one. See collector/README.md.
+"""
