@@ -12,6 +12,7 @@ distribution, and every response names the policy version that produced it
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -138,7 +139,7 @@ class _Api:
             raise RequestError("top_logprobs needs logprobs: true", param="top_logprobs")
         prompt = chat_prompt_ids(self.engine.tokenizer, req)
         params = self._sampling_params(req, [prompt], req.top_logprobs or 0, prompt_param="messages")
-        return await self._generate(_ChatReply(self, req, prompt), [prompt], params)
+        return await self._generate(request, _ChatReply(self, req, prompt), [prompt], params)
 
     async def completions(self, request: Request) -> Response:
         req = parse_request(CompletionRequest, await _body(request))
@@ -146,15 +147,17 @@ class _Api:
             raise RequestError("echo is not supported by the built-in server", param="echo")
         prompts = completion_prompt_ids(self.engine.tokenizer, req, self.engine.vocab_size)
         params = self._sampling_params(req, prompts, req.logprobs or 0, prompt_param="prompt")
-        return await self._generate(_CompletionReply(self, req, prompts), prompts, params)
+        return await self._generate(request, _CompletionReply(self, req, prompts), prompts, params)
 
-    async def _generate(self, reply: _ChatReply | _CompletionReply, prompts: list[list[int]], params: SamplingParams) -> Response:
+    async def _generate(
+        self, request: Request, reply: _ChatReply | _CompletionReply, prompts: list[list[int]], params: SamplingParams
+    ) -> Response:
         """Run the request; answer once it is admitted, when its policy version is known."""
         handle = self.engine.submit(prompts, params, n=reply.req.n)
         reply.version = await _admitted(handle)
         if reply.req.stream:
             return _sse(reply.stream(handle), handle, reply.version)
-        return _json(reply.body(await _results(handle)), reply.version)
+        return _json(reply.body(await _results(handle, request)), reply.version)
 
     def _sampling_params(self, req, prompts: list[list[int]], top_logprobs: int, *, prompt_param: str) -> SamplingParams:
         context = self.engine.max_context
@@ -376,13 +379,28 @@ async def _admitted(handle: GenerationHandle) -> int:
         raise
 
 
-async def _results(handle: GenerationHandle) -> list[ChoiceResult]:
+async def _results(handle: GenerationHandle, request: Request) -> list[ChoiceResult]:
+    """The finished choices, or a cancelled generation if the client hangs up first.
+
+    Agents time out and retry; without this, each abandoned call would keep its batch slots.
+    """
+    results = asyncio.ensure_future(handle.results())
+    hang_up = asyncio.ensure_future(_disconnected(request))
     try:
-        return await handle.results()
+        await asyncio.wait({results, hang_up}, return_when=asyncio.FIRST_COMPLETED)
+        return results.result() if results.done() else []
     except GenerationError as exc:
         raise RequestError(str(exc), status=500, type="server_error") from None
     finally:
-        handle.cancel()  # a no-op once finished; stops decoding if the client went away
+        hang_up.cancel()
+        results.cancel()
+        handle.cancel()  # a no-op once finished
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client closes the connection (the body has been read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _usage(prompts: list[list[int]], results: list[ChoiceResult]) -> dict:

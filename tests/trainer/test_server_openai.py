@@ -252,3 +252,14 @@ def test_continue_final_message_extends_a_prefilled_assistant_turn(server):
     body = {"messages": messages, "max_tokens": 1, "continue_final_message": True, "return_token_ids": True}
     prompt = httpx.post(f"{server.base_url}/chat/completions", json=body).json()["prompt_token_ids"]
     assert tokenizer.decode(prompt).endswith("<|assistant|>answer:")
+
+
+def test_a_client_that_times_out_stops_its_generation(server):
+    """Agents time out and retry: an abandoned non-streamed call must free its batch slot."""
+    body = {"messages": CHAT, "max_tokens": 480, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=httpx.Timeout(10, read=0.5))
+    deadline = time.monotonic() + 1.5  # decoding 480 tokens takes several seconds
+    while httpx.get(f"{server.url}/health").json()["running"]:
+        assert time.monotonic() < deadline, "the abandoned request is still being decoded"
+        time.sleep(0.05)
