@@ -263,3 +263,24 @@ def test_a_client_that_times_out_stops_its_generation(server):
     while httpx.get(f"{server.url}/health").json()["running"]:
         assert time.monotonic() < deadline, "the abandoned request is still being decoded"
         time.sleep(0.05)
+
+
+def test_streaming_several_choices_keeps_them_apart(client):
+    chunks = list(
+        client.chat.completions.create(
+            model="m", messages=CHAT, max_tokens=6, n=3, stream=True, seed=3,
+            stream_options={"include_usage": True}, extra_body={"return_token_ids": True},
+        )
+    )
+    per_choice: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    finished = set()
+    for chunk in chunks:
+        for choice in chunk.choices:
+            per_choice[choice.index] += choice.model_extra.get("token_ids", [])
+            if choice.finish_reason:
+                finished.add(choice.index)
+    assert finished == {0, 1, 2}
+    assert all(1 <= len(ids) <= 6 for ids in per_choice.values())
+    assert chunks[-1].usage.completion_tokens == sum(len(ids) for ids in per_choice.values())
+    whole = client.chat.completions.create(model="m", messages=CHAT, max_tokens=6, n=3, seed=3, extra_body={"return_token_ids": True})
+    assert [c.model_extra["token_ids"] for c in whole.choices] == [per_choice[i] for i in range(3)]
