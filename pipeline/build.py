@@ -31,6 +31,10 @@ from tracerl.pipeline.writer import dataset_tables, write_dataset
 from tracerl.schemas import DATASET_SCHEMA, DATASET_SCHEMA_VERSION, SPANS_SCHEMA_VERSION
 from tracerl.storage import write_parquet_atomic
 
+# what a readable footer over unreadable data raises, from DuckDB (often its base Error) or pyarrow;
+# mistakes in SQL are not input errors and are not caught
+_READ_ERRORS = (duckdb.Error, pa.ArrowException, OSError)
+_SQL_MISTAKES = (duckdb.BinderException, duckdb.CatalogException, duckdb.ParserException)
 STATE_DIR = "state"  # OUT/state/episodes-*.parquet: episodes already turned into transitions
 EXPORTS = ("openrlhf", "hf")
 
@@ -229,9 +233,9 @@ def _counts(con: duckdb.DuckDBPyConnection, files: source.SpanFiles, previously:
     }
 
 
-def _clear_previous(out: Path) -> None:
-    """A full (non-incremental) build replaces the dataset it finds in ``out``."""
-    for old in out.glob("transitions-*.parquet"):
+def _clear_previous(out: Path, previous: set[Path]) -> None:
+    """A full (non-incremental) build replaces the dataset it found in ``out`` (once the new one is written)."""
+    for old in previous:
         old.unlink()
     for sub in (STATE_DIR, *EXPORTS):
         if (out / sub).is_dir():
@@ -253,18 +257,26 @@ def build_dataset(
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
     progress = progress or _noop
+    previous = set(out_dir.glob("transitions-*.parquet"))
     with tempfile.TemporaryDirectory(prefix=".duckdb-", dir=out_dir) as tmp:
-        analysis = analyze(spans, opts, out=out_dir, progress=progress, temp_dir=tmp)
-        con = analysis.con
+        try:
+            analysis = analyze(spans, opts, out=out_dir, progress=progress, temp_dir=tmp)
+            con = analysis.con
+            progress("writing transitions", analysis.counts["transitions"])
+            dropped: Counter = Counter()
+            paths, rows = write_dataset(
+                dataset_tables(con, analysis.files.files, trajectory=opts.trajectory, skipped=dropped),
+                str(out_dir), on_rows or (lambda n: None),
+            )
+        except _READ_ERRORS as exc:
+            if isinstance(exc, _SQL_MISTAKES):
+                raise
+            # a file whose footer is fine but whose data is not: keep the previous dataset intact
+            for partial in set(out_dir.glob("transitions-*.parquet")) - previous:
+                partial.unlink()
+            raise source.PipelineInputError(f"reading the span files failed ({exc}); {out_dir} was left as it was") from exc
         if not opts.incremental:
-            _clear_previous(out_dir)
-        total = analysis.counts["transitions"]
-        progress("writing transitions", total)
-        dropped: Counter = Counter()
-        paths, rows = write_dataset(
-            dataset_tables(con, analysis.files.files, trajectory=opts.trajectory, skipped=dropped),
-            str(out_dir), on_rows or (lambda n: None),
-        )
+            _clear_previous(out_dir, previous)
         episodes_done = con.sql("SELECT DISTINCT episode_id FROM chosen ORDER BY 1").to_arrow_table()
         if episodes_done.num_rows:
             write_parquet_atomic(episodes_done, out_dir / STATE_DIR, prefix="episodes")

@@ -109,3 +109,16 @@ def test_corrupt_file_is_skipped_and_the_rest_is_kept(data_dir, tmp_path):
     [rejected] = manifest["inputs"]["rejected_files"]
     assert rejected["file"] == str(bad) and "not a readable Parquet file" in rejected["reason"]
     assert any("spans-broken.parquet" in w for w in manifest["warnings"])
+
+
+def test_a_file_with_a_good_footer_and_bad_data_fails_clearly_and_keeps_the_old_dataset(data_dir, tmp_path):
+    write_spans(data_dir, _two_call_episode("e1", "t1", 1.0))
+    build_dataset(data_dir, tmp_path / "out")
+    [path] = list((data_dir / "spans").rglob("*.parquet"))
+    raw = bytearray(path.read_bytes())
+    footer = int.from_bytes(raw[-8:-4], "little") + 8
+    raw[4:len(raw) - footer] = b"\xff" * (len(raw) - footer - 4)  # every page damaged, footer intact
+    path.write_bytes(bytes(raw))
+    with pytest.raises(PipelineInputError, match="reading the span files failed"):
+        build_dataset(data_dir, tmp_path / "out")
+    assert dataset_table(tmp_path / "out").num_rows == 2
