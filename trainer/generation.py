@@ -165,10 +165,17 @@ def load_causal_lm(path: str | Path) -> torch.nn.Module:
     path = Path(path)
     if not (path / "config.json").is_file():
         raise WeightLoadError(f"{path} is not a Hugging Face checkpoint directory (no config.json)")
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a reload per round would print a bar into the caller's console
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     except Exception as exc:  # transformers raises many types for broken checkpoints
         raise WeightLoadError(f"cannot load checkpoint {path}: {exc}") from exc
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     return model.eval()
 
 
