@@ -23,7 +23,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from tracerl.schemas import attributes as A
 from tracerl.schemas.logs import log_row
-from tracerl.schemas.spans import span_row, to_json
+from tracerl.schemas.spans import TOKEN_COLUMNS, span_row, to_json
 from tracerl.schemas.tokens import TokenEncodingError, decode_array
 
 
@@ -66,8 +66,18 @@ def any_value(value: AnyValue) -> Any:
     return getattr(value, kind)
 
 
+_SCALARS = frozenset(("string_value", "bool_value", "int_value", "double_value", "bytes_value"))
+
+
 def key_values(pairs: Iterable[KeyValue]) -> dict[str, Any]:
-    return {pair.key: any_value(pair.value) for pair in pairs}
+    """Attributes as a dict (the last of repeated keys wins). Runs for every attribute of
+    every span, so scalar values, nearly all of them, are read inline, not via any_value."""
+    out = {}
+    for pair in pairs:
+        value = pair.value
+        kind = value.WhichOneof("value")
+        out[pair.key] = getattr(value, kind) if kind in _SCALARS else any_value(value)
+    return out
 
 
 # --- traces ----------------------------------------------------------------------------
@@ -101,50 +111,75 @@ def trace_rows(request: ExportTraceServiceRequest) -> Converted:
         try:
             out.rows.append(_span_row(span, resource, encoded[1], scope.name or None, scope.version or None))
         except (TokenEncodingError, ValueError) as exc:
-            out.reject(f"span {span.span_id.hex() or '?'} ({span.name[:64]!r}): {exc}")
+            reject_span(out, span, exc)
     return out
 
 
 # Token attributes are decoded strictly into numpy arrays before span_row sees them:
 # untrusted input is checked against the int32/float32 columns, and Arrow builds the
 # list columns from numpy arrays without a Python object per token.
-_TOKEN_DTYPES = {A.PROMPT_TOKEN_IDS: "i4", A.COMPLETION_TOKEN_IDS: "i4", A.COMPLETION_LOGPROBS: "f4"}
+def decode_tokens(attributes: dict[str, Any]) -> None:
+    """Replace the token attributes of a span by strictly decoded numpy arrays (in place)."""
+    for _, key, dtype in TOKEN_COLUMNS:
+        if key in attributes:
+            try:
+                attributes[key] = decode_array(attributes[key], dtype)
+            except TokenEncodingError as exc:
+                raise TokenEncodingError(f"{key}: {exc}") from exc
+
+
+def span_ids(span: Span) -> tuple[str, str, str | None]:
+    """(trace_id, span_id, parent_span_id) as hex; ``ValueError`` for an invalid id."""
+    return _hex_id(span.trace_id, 16, "trace_id"), _hex_id(span.span_id, 8, "span_id"), span.parent_span_id.hex() or None
+
+
+def span_events(span: Span) -> list[dict[str, Any]]:
+    return [{"name": e.name, "time_unix_nano": e.time_unix_nano, "attributes": key_values(e.attributes)} for e in span.events]
+
+
+def span_links(span: Span) -> list[dict[str, Any]]:
+    return [
+        {"trace_id": link.trace_id.hex(), "span_id": link.span_id.hex(), "attributes": key_values(link.attributes)}
+        for link in span.links
+    ]
+
+
+def span_kind(span: Span) -> str:
+    return _KIND.get(span.kind, str(span.kind))
+
+
+def status_code(span: Span) -> str:
+    return _STATUS.get(span.status.code, str(span.status.code))
 
 
 def _span_row(
     span: Span, resource: dict[str, Any], resource_json: str | None, scope_name: str | None, scope_version: str | None
 ) -> dict:
     attributes = key_values(span.attributes)
-    for key, dtype in _TOKEN_DTYPES.items():
-        if key in attributes:
-            try:
-                attributes[key] = decode_array(attributes[key], dtype)
-            except TokenEncodingError as exc:
-                raise TokenEncodingError(f"{key}: {exc}") from exc
+    decode_tokens(attributes)
+    trace_id, span_id, parent_span_id = span_ids(span)
     return span_row(
-        trace_id=_hex_id(span.trace_id, 16, "trace_id"),
-        span_id=_hex_id(span.span_id, 8, "span_id"),
-        parent_span_id=span.parent_span_id.hex() or None,
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_span_id=parent_span_id,
         name=span.name,
-        kind=_KIND.get(span.kind, str(span.kind)),
+        kind=span_kind(span),
         start_time_unix_nano=span.start_time_unix_nano,
         end_time_unix_nano=span.end_time_unix_nano,
-        status_code=_STATUS.get(span.status.code, str(span.status.code)),
+        status_code=status_code(span),
         status_message=span.status.message or None,
         attributes=attributes,
-        events=[
-            {"name": e.name, "time_unix_nano": e.time_unix_nano, "attributes": key_values(e.attributes)}
-            for e in span.events
-        ],
-        links=[
-            {"trace_id": link.trace_id.hex(), "span_id": link.span_id.hex(), "attributes": key_values(link.attributes)}
-            for link in span.links
-        ],
+        events=span_events(span),
+        links=span_links(span),
         resource=resource,
         resource_json=resource_json,
         scope_name=scope_name,
         scope_version=scope_version,
     )
+
+
+def reject_span(out: Converted, span: Span, exc: Exception) -> None:
+    out.reject(f"span {span.span_id.hex() or '?'} ({span.name[:64]!r}): {exc}")
 
 
 # --- logs ------------------------------------------------------------------------------

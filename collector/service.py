@@ -29,6 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from tracerl.collector import otlp, wal
+from tracerl.collector.columns import trace_table
 from tracerl.collector.sink import DurableTable, Overloaded, TableKind
 from tracerl.schemas.logs import logs_table
 from tracerl.schemas.spans import spans_table
@@ -60,7 +61,9 @@ def _logs_response(rejected: int, message: str) -> Message:
     )
 
 
-TRACES = Signal(TableKind("spans", ExportTraceServiceRequest, otlp.trace_rows, spans_table), _traces_response)
+TRACES = Signal(
+    TableKind("spans", ExportTraceServiceRequest, otlp.trace_rows, spans_table, columns=trace_table), _traces_response
+)
 LOGS = Signal(TableKind("logs", ExportLogsServiceRequest, otlp.log_rows, logs_table), _logs_response)
 
 
@@ -160,8 +163,7 @@ class Collector:
         send then. Raises :class:`Overloaded` when the client must retry later.
         """
         with self._converting:
-            converted = signal.table.rows(request)
-            table = signal.table.table(converted)
+            table, converted = signal.table.build(request)
         response = signal.respond(converted.rejected, converted.message)
         if not table.num_rows:
             done: Future = Future()

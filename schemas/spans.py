@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -81,13 +81,18 @@ def to_json(value: Any) -> str | None:
     """JSON text of an attribute map (or list of events/links); ``None`` when empty."""
     if not value:
         return None
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=True, default=_json_default)
+    return _ENCODER.encode(value)
+
+
+# One encoder, made once: json.dumps with these options builds a new one on every call
+# (measurable at the collector's rate of several calls per span).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=True, default=_json_default)
 
 
 def _int_or_none(value: Any) -> int | None:
     try:
         return None if value is None else int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float
         return None
 
 
@@ -100,6 +105,50 @@ def _float_or_none(value: Any) -> float | None:
 
 def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+# The promotion rules, as data: every writer of span rows (``span_row`` for one span, the
+# collector's column builder for a whole OTLP request) reads them from here, so they exist once.
+
+#: (column, attribute keys, cast): the first key present in the attributes gives the value.
+PROMOTED_ATTRIBUTES: tuple[tuple[str, tuple[str, ...], Callable[[Any], Any]], ...] = (
+    ("episode_id", (A.EPISODE_ID,), _str_or_none),
+    ("task_id", (A.TASK_ID,), _str_or_none),
+    ("split", (A.SPLIT,), _str_or_none),
+    ("agent_name", (A.AGENT_NAME, A.GEN_AI_AGENT_NAME), _str_or_none),  # the tracerl override wins
+    ("policy_version", (A.POLICY_VERSION,), _int_or_none),
+    ("response_id", (A.GEN_AI_RESPONSE_ID,), _str_or_none),
+    ("request_model", (A.GEN_AI_REQUEST_MODEL,), _str_or_none),
+    ("response_model", (A.GEN_AI_RESPONSE_MODEL,), _str_or_none),
+    ("reward_value", (A.REWARD_VALUE,), _float_or_none),
+    ("reward_name", (A.REWARD_NAME,), _str_or_none),
+)
+
+#: (column, attribute, element type code of :mod:`tracerl.schemas.tokens`): token arrays are
+#: moved out of the attributes into these typed columns, never stored twice.
+TOKEN_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("prompt_token_ids", A.PROMPT_TOKEN_IDS, "i4"),
+    ("completion_token_ids", A.COMPLETION_TOKEN_IDS, "i4"),
+    ("completion_logprobs", A.COMPLETION_LOGPROBS, "f4"),
+)
+
+
+def service_name(resource: Mapping[str, Any]) -> str | None:
+    """The ``service_name`` column of spans from this resource."""
+    return _str_or_none(resource.get("service.name"))
+
+
+def promote(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """The promoted columns of a span with these attributes (token arrays excluded)."""
+    out = {}
+    for column, keys, cast in PROMOTED_ATTRIBUTES:
+        value = None
+        for key in keys:
+            if key in attributes:
+                value = attributes[key]
+                break
+        out[column] = cast(value)
+    return out
 
 
 def span_row(
@@ -130,13 +179,12 @@ def span_row(
     can reject that span with a message instead of storing garbage.
     """
     attrs = dict(attributes)
-    tokens = {key: attrs.pop(key, None) for key in A.TOKEN_ATTRIBUTES}
-    try:
-        prompt_ids = decode(tokens[A.PROMPT_TOKEN_IDS])
-        completion_ids = decode(tokens[A.COMPLETION_TOKEN_IDS])
-        logprobs = decode(tokens[A.COMPLETION_LOGPROBS])
-    except TokenEncodingError as exc:
-        raise TokenEncodingError(f"span {span_id} ({name!r}): {exc}") from exc
+    tokens = {}
+    for column, key, _ in TOKEN_COLUMNS:
+        try:
+            tokens[column] = decode(attrs.pop(key, None))
+        except TokenEncodingError as exc:
+            raise TokenEncodingError(f"span {span_id} ({name!r}): {exc}") from exc
     resource = resource or {}
     return {
         "trace_id": trace_id,
@@ -148,22 +196,11 @@ def span_row(
         "end_time_unix_nano": int(end_time_unix_nano),
         "status_code": status_code,
         "status_message": status_message or None,
-        "service_name": _str_or_none(resource.get("service.name")),
+        "service_name": service_name(resource),
         "scope_name": scope_name,
         "scope_version": scope_version,
-        "episode_id": _str_or_none(attrs.get(A.EPISODE_ID)),
-        "task_id": _str_or_none(attrs.get(A.TASK_ID)),
-        "split": _str_or_none(attrs.get(A.SPLIT)),
-        "agent_name": _str_or_none(attrs.get(A.AGENT_NAME, attrs.get(A.GEN_AI_AGENT_NAME))),
-        "policy_version": _int_or_none(attrs.get(A.POLICY_VERSION)),
-        "response_id": _str_or_none(attrs.get(A.GEN_AI_RESPONSE_ID)),
-        "request_model": _str_or_none(attrs.get(A.GEN_AI_REQUEST_MODEL)),
-        "response_model": _str_or_none(attrs.get(A.GEN_AI_RESPONSE_MODEL)),
-        "prompt_token_ids": prompt_ids,
-        "completion_token_ids": completion_ids,
-        "completion_logprobs": logprobs,
-        "reward_value": _float_or_none(attrs.get(A.REWARD_VALUE)),
-        "reward_name": _str_or_none(attrs.get(A.REWARD_NAME)),
+        **promote(attrs),
+        **tokens,
         "attributes": to_json(attrs),
         "events": to_json(list(events)),
         "links": to_json(list(links)),
