@@ -66,10 +66,8 @@ def _build_request(wrapped, instance, args, kwargs):
     refusal = settings().why_not_ask_tokens(instance.base_url.host)
     plan, new_body = tc.plan_request(kind, body, refusal is None, refusal)
     if new_body is not None:
-        options = options.model_copy(update={"json_data": new_body, "extra_json": None})
-        args = (options, *args[1:]) if args else ()
-        if not args:
-            kwargs = {**kwargs, "options": options}
+        # `options` is the SDK's own copy for this attempt: retries start again from theirs
+        options.json_data, options.extra_json = new_body, None
     request = wrapped(*args, **kwargs)
     request.extensions[PLAN_EXTENSION] = (plan, body)
     return request

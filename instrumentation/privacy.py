@@ -8,6 +8,7 @@ through the console exporter or an OTLP collector either.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from collections.abc import Callable
@@ -101,23 +102,31 @@ class ContentPolicy:
 
 
 class PolicedAttributes(BoundedAttributes):
-    """A span's attribute map that applies a :class:`ContentPolicy` to every write."""
+    """A span's attribute map that applies a :class:`ContentPolicy` to every write.
 
-    def __init__(self, policy: ContentPolicy, original: BoundedAttributes) -> None:
-        super().__init__(
-            maxlen=original.maxlen,
-            attributes=None,
-            immutable=False,
-            max_value_len=original.max_value_len,
-            extended_attributes=getattr(original, "_extended_attributes", False),
-        )
-        self._policy = policy
-        self.dropped = original.dropped
-        for key, value in original.items():
-            self[key] = value
+    :func:`police` turns a span's existing map into one in place (a class swap, no
+    copy: this runs for every span).
+    """
+
+    _policy: ContentPolicy
 
     def __setitem__(self, key: str, value: object) -> None:
         cleaned = self._policy.clean(key, value)
+        if cleaned is not None:
+            super().__setitem__(key, cleaned)
+
+
+@functools.lru_cache(maxsize=8)
+def _policed_class(policy: ContentPolicy) -> type[PolicedAttributes]:
+    return type("PolicedAttributes", (PolicedAttributes,), {"_policy": policy})
+
+
+def police(attributes: BoundedAttributes, policy: ContentPolicy) -> None:
+    """Apply ``policy`` to what ``attributes`` holds and to every later write."""
+    for key, value in list(attributes.items()):
+        cleaned = policy.clean(key, value)
         if cleaned is None:
-            return
-        super().__setitem__(key, cleaned)
+            del attributes[key]
+        elif cleaned is not value:
+            attributes[key] = cleaned
+    attributes.__class__ = _policed_class(policy)

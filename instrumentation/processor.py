@@ -14,10 +14,11 @@ import weakref
 from collections.abc import Callable, Iterator
 
 from opentelemetry import baggage, trace
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from tracerl.instrumentation.privacy import ContentPolicy, PolicedAttributes
+from tracerl.instrumentation.privacy import ContentPolicy, PolicedAttributes, police
 from tracerl.instrumentation.settings import Settings
 from tracerl.schemas import attributes as A
 
@@ -80,8 +81,8 @@ class TracerlSpanProcessor(SpanProcessor):
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         attributes = getattr(span, "_attributes", None)
-        if attributes is not None and not isinstance(attributes, PolicedAttributes):
-            span._attributes = PolicedAttributes(self._policy, attributes)
+        if isinstance(attributes, BoundedAttributes) and not isinstance(attributes, PolicedAttributes):
+            police(attributes, self._policy)
         current = span.attributes or {}
         entries = baggage.get_all(parent_context)
         for key in A.BAGGAGE_KEYS:
