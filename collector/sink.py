@@ -39,6 +39,7 @@ class _Record:
     payload: bytes
     table: pa.Table
     done: Future
+    nbytes: int  # of the table's buffers, counted once (Table.nbytes walks the columns each time)
 
 
 @dataclass
@@ -180,7 +181,7 @@ class DurableTable:
         """Queue one request; the future completes when it is durable in the WAL."""
         if self._closing.is_set():
             raise Overloaded("collector is shutting down", retry_after_s=5)
-        size = table.nbytes
+        size = table.get_total_buffer_size()
         with self._backlog_lock:
             if self._backlog_bytes + size > self.max_backlog_bytes and self._backlog_bytes > 0:
                 raise Overloaded(
@@ -190,7 +191,7 @@ class DurableTable:
                 )
             self._backlog_bytes += size
         done: Future = Future()
-        self._queue.put(_Record(payload, table, done))
+        self._queue.put(_Record(payload, table, done, size))
         return done
 
     # -- writer thread: WAL append, group fsync, rotation ------------------------------
@@ -228,14 +229,14 @@ class DurableTable:
         except OSError as exc:  # disk full, I/O error: nothing of this group is acknowledged
             log.error("WAL write failed in %s: %s", self.wal_dir, exc)
             for record in records:
-                self._release(record.table.nbytes)
+                self._release(record.nbytes)
                 record.done.set_exception(Overloaded(f"write-ahead log unavailable: {exc.strerror}", 5))
             return
         if self._oldest is None:
             self._oldest = time.monotonic()
         for record in records:
             self._buffer.append(record.table)
-            self._buffer_bytes += record.table.nbytes
+            self._buffer_bytes += record.nbytes
             record.done.set_result(None)
 
     def _rotate(self, waiters: list[Future]) -> None:
