@@ -147,7 +147,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="tracerl-bench-peer-") as tmp:
         jsonl = Path(tmp) / "spans.jsonl"
-        peer_spans = peer_jsonl(data, args.peer_episodes, jsonl)
+        peer_jsonl(data, args.peer_episodes, jsonl)
         env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
         peer, _, peer_rss, _ = run_child([args.peer_python, str(HERE / "pipeline_peer_agentlightning.py"), str(jsonl)], env)
     scale = spans / peer["spans"]

@@ -49,7 +49,6 @@ def generate(episodes: int, *, first: int = 0, calls: int = 4, group_size: int =
     Episodes are numbered from ``first``, so tables generated in chunks do not collide.
     """
     rng = np.random.default_rng(seed)
-    n_calls = episodes * calls
     base_len = rng.integers(*prompt_range, size=episodes)
     resp_len = rng.integers(*response_range, size=(episodes, calls))
     tool_len = rng.integers(*tool_range, size=(episodes, calls))
