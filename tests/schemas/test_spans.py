@@ -2,8 +2,12 @@
 
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tracerl.schemas import SPANS_SCHEMA, span_row, spans_table
 from tracerl.schemas import attributes as A
+from tracerl.schemas.spans import _jsonable, to_json
 from tracerl.schemas.tokens import pack_ids
 
 
@@ -29,3 +33,27 @@ def test_promotes_contract_attributes_and_keeps_the_rest():
     assert kept["custom"] == [1, 2] and A.PROMPT_TOKEN_IDS not in kept
     table = spans_table([row])
     assert table.schema.equals(SPANS_SCHEMA, check_metadata=True)
+
+
+# --- to_json: the fast encoder writes exactly the text of the stdlib encoder ------------------
+
+_STDLIB = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+_scalar = st.one_of(st.text(), st.integers(-(2**63), 2**63 - 1), st.booleans(), st.none())
+_value = st.recursive(
+    st.one_of(_scalar, st.floats(), st.integers(), st.binary(max_size=8)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner, max_size=3)),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.dictionaries(st.text(), st.one_of(_scalar, _value), max_size=6))
+def test_to_json_is_the_stdlib_text_for_every_attribute_value(attributes):
+    assert to_json(attributes) == (_STDLIB.encode(_jsonable(attributes)) if attributes else None)
+
+
+def test_to_json_falls_back_for_what_orjson_writes_differently():
+    for attributes in ({"big": 2**70}, {1: "int key"}, {"f": 1e16}, {"nan": float("nan")}, {"b": b"\x00"}):
+        assert to_json(attributes) == json.dumps(
+            attributes if "b" not in attributes else {"b": {"bytes_b64": "AA=="}}, separators=(",", ":"),
+            ensure_ascii=False)
