@@ -141,7 +141,11 @@ def test_kill_9_loses_no_acknowledged_span(tmp_path, read):
         ]
         for client in clients:
             client.start()
-        time.sleep(rng.uniform(1.5, 3.0))  # some files committed, some rows only in the WAL
+        # kill mid-stream, after a random share of this round's 3,000 spans is acknowledged
+        # (counted, not timed: a faster collector must still die with rows only in its WAL)
+        kill_at, deadline = len(acked) + rng.randrange(900, 2400), time.monotonic() + 60
+        while len(acked) < kill_at and time.monotonic() < deadline:
+            time.sleep(0.01)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         stop.set()
