@@ -154,12 +154,12 @@ def promote(attributes: Mapping[str, Any]) -> dict[str, Any]:
     """The promoted columns of a span with these attributes (token arrays excluded)."""
     out = {}
     for column, keys, cast in PROMOTED_ATTRIBUTES:
-        value = None
         for key in keys:
             if key in attributes:
-                value = attributes[key]
+                out[column] = cast(attributes[key])
                 break
-        out[column] = cast(value)
+        else:  # absent (most columns of most spans): every cast maps None to None
+            out[column] = None
     return out
 
 
