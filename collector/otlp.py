@@ -21,7 +21,6 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from tracerl.schemas import attributes as A
 from tracerl.schemas.logs import log_row
 from tracerl.schemas.spans import TOKEN_COLUMNS, span_row, to_json
 from tracerl.schemas.tokens import TokenEncodingError, decode_array
