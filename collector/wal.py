@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tracerl.storage import fsync_dir
+
 _HEADER = struct.Struct("<IIB")  # payload length, crc32(kind + payload), kind
 DATA = 1
 COMMIT = 2
@@ -78,7 +80,7 @@ class SegmentWriter:
         self.records = 0
         self._file = open(segment_path(folder, seq), "ab", buffering=0)  # noqa: SIM115
         self._size = self._file.tell()
-        _fsync_dir(folder)
+        fsync_dir(folder)
 
     def append(self, payloads: Iterable[bytes]) -> None:
         """Append records; on failure cut the file back so no torn record precedes later ones."""
@@ -121,11 +123,3 @@ def lock_folder(folder: Path) -> int:
             f"WAL folder {folder} is in use by another collector; give each collector its own --wal-dir"
         ) from None
     return fd
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

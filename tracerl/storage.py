@@ -63,7 +63,7 @@ def write_parquet_atomic(
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, final)
-        _fsync_dir(folder)
+        fsync_dir(folder)
     else:
         fs.create_dir(folder, recursive=True)
         with fs.open_output_stream(final) as stream:
@@ -71,7 +71,8 @@ def write_parquet_atomic(
     return final
 
 
-def _fsync_dir(folder: str) -> None:
+def fsync_dir(folder: str | os.PathLike) -> None:
+    """Make a rename or a new file in ``folder`` itself durable (POSIX needs the directory synced)."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
