@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 from pipeline_spans import episode_span, llm_call, reward_span, write_spans
 from typer.testing import CliRunner
@@ -49,7 +51,8 @@ def test_bad_reward_weight_is_rejected(data_dir, tmp_path):
 
 def test_pipeline_console_script_equals_tracerl_pipeline(data_dir, tmp_path):
     _spans(data_dir)
-    script = shutil.which("pipeline")
+    # the script sits next to this interpreter: the venv need not be activated (CI runs .venv/bin/pytest)
+    script = shutil.which("pipeline", path=str(Path(sys.executable).parent))
     assert script, "the `pipeline` console script is not installed (pip install -e .)"
     done = subprocess.run([script, "build-dataset", "--spans", str(data_dir), "--out", str(tmp_path / "o")],
                           capture_output=True, text=True, timeout=120)
