@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from opentelemetry.attributes import BoundedAttributes
 
@@ -50,6 +50,15 @@ def is_secret_key(key: str) -> bool:
     return bool(_SECRET_KEY.search(key))
 
 
+@functools.lru_cache(maxsize=4096)
+def _key_kind(key: str) -> str:
+    """``secret``, ``content`` or ``plain``: cached, since every attribute write of every
+    span asks, and a process uses few distinct keys."""
+    if is_secret_key(key):
+        return "secret"
+    return "content" if is_content_key(key) else "plain"
+
+
 def load_redactor(spec: str | None) -> Callable[[str, str], str] | None:
     """Import the ``module:function`` hook named by ``TRACERL_REDACT``.
 
@@ -80,9 +89,10 @@ class ContentPolicy:
 
     def clean(self, key: str, value: object) -> object | None:
         """The value to record for ``key``, or ``None`` to record nothing."""
-        if is_secret_key(key) or type(value).__name__ in _SENTINELS:
+        kind = _key_kind(key)
+        if kind == "secret" or type(value).__name__ in _SENTINELS:
             return None
-        if not is_content_key(key):
+        if kind == "plain":
             return value
         if not self.capture_content:
             return None
@@ -114,6 +124,12 @@ class PolicedAttributes(BoundedAttributes):
         cleaned = self._policy.clean(key, value)
         if cleaned is not None:
             super().__setitem__(key, cleaned)
+
+    def _set_items(self, attributes: Mapping[str, object]) -> None:
+        # ``Span.set_attributes`` writes through here, not through ``__setitem__``.
+        clean = self._policy.clean
+        cleaned = {key: kept for key, value in attributes.items() if (kept := clean(key, value)) is not None}
+        super()._set_items(cleaned)
 
 
 @functools.lru_cache(maxsize=8)

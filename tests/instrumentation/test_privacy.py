@@ -57,6 +57,28 @@ def settings_with(**changes) -> Settings:
     return Settings(**{**base, **changes})
 
 
+def test_the_policy_holds_for_set_attributes_too():
+    """The SDK's ``Span.set_attributes`` bypasses ``__setitem__``: answers are policed as well."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tracerl.instrumentation.processor import TracerlSpanProcessor
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(TracerlSpanProcessor(settings_with(max_content_chars=40)))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    with provider.get_tracer("t").start_as_current_span("chat m") as span:
+        span.set_attributes({"gen_ai.output.messages": "the key is sk-live-ABCDEFGHIJKLMNOPQRSTUV " + "y" * 100,
+                             "http.request.header.authorization": "Bearer abc", "gen_ai.usage.output_tokens": 3})
+    (finished,) = memory.get_finished_spans()
+    text = finished.attributes["gen_ai.output.messages"]
+    assert "sk-live" not in text and "[REDACTED]" in text and text.endswith(TRUNCATED_MARK)
+    assert "http.request.header.authorization" not in finished.attributes
+    assert finished.attributes["gen_ai.usage.output_tokens"] == 3
+
+
 def test_a_bad_redaction_hook_is_named_in_the_error():
     with pytest.raises(SettingsError, match="TRACERL_REDACT='nope'"):
         ContentPolicy(settings_with(redact="nope"))
