@@ -20,8 +20,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from tracerl.instrumentation.settings import settings
-from tracerl.schemas.spans import span_row, spans_table
-from tracerl.schemas.tokens import TokenEncodingError
+from tracerl.schemas.spans import TOKEN_COLUMNS, span_row, spans_table
+from tracerl.schemas.tokens import TokenEncodingError, decode_array
 from tracerl.storage import hour_partition, write_parquet_atomic
 
 logger = logging.getLogger(__name__)
@@ -37,6 +37,16 @@ def readable_span_row(span: ReadableSpan) -> dict[str, Any]:
     parent = span.parent
     status = span.status
     scope = span.instrumentation_scope
+    attributes = dict(span.attributes or {})
+    # Token arrays as typed numpy arrays (span_row keeps them as they are): Arrow builds
+    # the list columns from them without a Python int per token, and an id that would
+    # not store exactly rejects this span instead of failing the whole batch.
+    for _, key, code in TOKEN_COLUMNS:
+        if key in attributes:
+            try:
+                attributes[key] = decode_array(attributes[key], code)
+            except TokenEncodingError as exc:
+                raise TokenEncodingError(f"span {_hex(ctx.span_id, 16)} ({span.name!r}): {exc}") from exc
     return span_row(
         trace_id=_hex(ctx.trace_id, 32),
         span_id=_hex(ctx.span_id, 16),
@@ -47,7 +57,7 @@ def readable_span_row(span: ReadableSpan) -> dict[str, Any]:
         end_time_unix_nano=span.end_time or span.start_time or 0,
         status_code=status.status_code.name,
         status_message=status.description,
-        attributes=span.attributes or {},
+        attributes=attributes,
         events=[
             {"name": e.name, "time_unix_nano": e.timestamp, "attributes": dict(e.attributes or {})}
             for e in span.events
