@@ -2,9 +2,11 @@
 
 One run measures all three side by side, each in its own fresh process (instrumentation
 is process-global), against the same local vLLM-like server that takes 10 ms per call.
-Two figures per configuration: the agent process's CPU time per call (all its threads,
+Figures per configuration: the agent process's CPU time per call (all its threads,
 the span export included; robust on a busy machine, and exactly what capture costs the
-agent) and the wall time per call (what the agent waits; noisy when cores are shared).
+agent), the part of it spent in the calling thread (what lies on the call's path; the
+rest is the exporter's background thread) and the wall time per call (what the agent
+waits; noisy when cores are shared).
 "OpenLLMetry alone" exports to the same Parquet sink as tracerl, so the difference
 between them is exactly tracerl's hooks: episode stamping, the attribute policy,
 asking for/reading/stripping token ids, the larger response that carries them.
@@ -66,15 +68,16 @@ def child(config: str, url: str, calls: int, warmup: int) -> None:
     if provider is not None:
         provider.force_flush()  # first export (Parquet writer set-up) outside the timing
     times = []
-    cpu_start = time.process_time_ns()
+    cpu_start, thread_start = time.process_time_ns(), time.thread_time_ns()
     for _ in range(calls):
         start = time.perf_counter_ns()
         one()
         times.append(time.perf_counter_ns() - start)
+    thread_ns = time.thread_time_ns() - thread_start
     if provider is not None:
         provider.shutdown()  # the export of the timed spans is part of the cost
     cpu_us = (time.process_time_ns() - cpu_start) / calls / 1e3
-    print(json.dumps({"wall_us": statistics.fmean(times) / 1e3, "cpu_us": cpu_us}))
+    print(json.dumps({"wall_us": statistics.fmean(times) / 1e3, "cpu_us": cpu_us, "call_cpu_us": thread_ns / calls / 1e3}))
 
 
 def measure(config: str, url: str, calls: int, warmup: int) -> dict:
@@ -104,7 +107,7 @@ def main() -> None:
 
     from tracerl.instrumentation.scripted_server import running_scripted_server
 
-    results: dict[str, dict[str, list[float]]] = {c: {"cpu_us": [], "wall_us": []} for c in CONFIGS}
+    results: dict[str, dict[str, list[float]]] = {c: {"cpu_us": [], "call_cpu_us": [], "wall_us": []} for c in CONFIGS}
     with running_scripted_server(latency_s=args.latency_ms / 1e3) as server, Progress() as progress:
         task = progress.add_task("measuring", total=args.rounds * len(CONFIGS))
         for _ in range(args.rounds):
@@ -116,13 +119,16 @@ def main() -> None:
     med = {c: {k: statistics.median(v) for k, v in results[c].items()} for c in CONFIGS}
     call_us = args.latency_ms * 1e3
     table = Table(title=f"Capture cost per LLM call, {args.latency_ms:g} ms server (median of {args.rounds} rounds x {args.calls} calls)")
-    for column in ("configuration", "agent CPU/call", "added CPU vs none", "added, % of call", "wall/call", "added wall vs none"):
+    columns = ("configuration", "agent CPU/call", "added CPU vs none", "added, % of call",
+               "added CPU in the calling thread", "wall/call", "added wall vs none")
+    for column in columns:
         table.add_column(column, justify="right")
     for config in CONFIGS:
         added = med[config]["cpu_us"] - med["none"]["cpu_us"]
         table.add_row(
             {"none": "no instrumentation", "openllmetry": "OpenLLMetry alone", "tracerl": "tracerl"}[config],
             f"{med[config]['cpu_us']:.0f} us", f"{added:+.0f} us", f"{100 * added / call_us:.1f} %",
+            f"{med[config]['call_cpu_us'] - med['none']['call_cpu_us']:+.0f} us",
             f"{med[config]['wall_us']:.0f} us", f"{med[config]['wall_us'] - med['none']['wall_us']:+.0f} us",
         )
     Console().print(table)
