@@ -20,8 +20,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from tracerl.instrumentation.settings import settings
-from tracerl.schemas.spans import TOKEN_COLUMNS, span_row, spans_table
-from tracerl.schemas.tokens import TokenEncodingError, decode_array
+from tracerl.collector.otlp import decode_tokens
+from tracerl.schemas.spans import span_row, spans_table, to_json
+from tracerl.schemas.tokens import TokenEncodingError
 from tracerl.storage import hour_partition, write_parquet_atomic
 
 logger = logging.getLogger(__name__)
@@ -31,22 +32,23 @@ def _hex(value: int, width: int) -> str:
     return format(value, f"0{width}x")
 
 
-def readable_span_row(span: ReadableSpan) -> dict[str, Any]:
-    """One row of the spans table for an SDK span (raises TokenEncodingError if corrupt)."""
+def readable_span_row(span: ReadableSpan, resource_json: str | None = None) -> dict[str, Any]:
+    """One row of the spans table for an SDK span (raises TokenEncodingError if corrupt).
+
+    ``resource_json``, if given, is ``to_json`` of the span's resource attributes: a
+    batch's spans share one resource, so :meth:`ParquetSpanExporter.export` encodes it once.
+    """
     ctx = span.context
     parent = span.parent
     status = span.status
     scope = span.instrumentation_scope
     attributes = dict(span.attributes or {})
-    # Token arrays as typed numpy arrays (span_row keeps them as they are): Arrow builds
-    # the list columns from them without a Python int per token, and an id that would
-    # not store exactly rejects this span instead of failing the whole batch.
-    for _, key, code in TOKEN_COLUMNS:
-        if key in attributes:
-            try:
-                attributes[key] = decode_array(attributes[key], code)
-            except TokenEncodingError as exc:
-                raise TokenEncodingError(f"span {_hex(ctx.span_id, 16)} ({span.name!r}): {exc}") from exc
+    try:
+        # typed numpy arrays, as the collector stores them: Arrow builds the list columns
+        # without a Python int per token, and a bad id rejects this span, not the batch
+        decode_tokens(attributes)
+    except TokenEncodingError as exc:
+        raise TokenEncodingError(f"span {_hex(ctx.span_id, 16)} ({span.name!r}): {exc}") from exc
     return span_row(
         trace_id=_hex(ctx.trace_id, 32),
         span_id=_hex(ctx.span_id, 16),
@@ -70,7 +72,8 @@ def readable_span_row(span: ReadableSpan) -> dict[str, Any]:
             }
             for link in span.links
         ],
-        resource=dict(span.resource.attributes) if span.resource is not None else {},
+        resource=span.resource.attributes if span.resource is not None else {},
+        resource_json=resource_json,
         scope_name=scope.name if scope is not None else None,
         scope_version=scope.version if scope is not None else None,
     )
@@ -93,9 +96,13 @@ class ParquetSpanExporter(SpanExporter):
             logger.warning("tracerl: ParquetSpanExporter is shut down; %d spans not written", len(spans))
             return SpanExportResult.FAILURE
         rows = []
+        resources: dict[int, str | None] = {}  # id(resource) -> its JSON, for this batch
         for span in spans:
+            resource = span.resource
+            if id(resource) not in resources:
+                resources[id(resource)] = to_json(dict(resource.attributes)) if resource is not None else None
             try:
-                rows.append(readable_span_row(span))
+                rows.append(readable_span_row(span, resources[id(resource)]))
             except TokenEncodingError as exc:
                 self.spans_rejected += 1
                 logger.warning("tracerl: span not written, its token attributes are corrupt: %s", exc)
