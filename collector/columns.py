@@ -17,7 +17,6 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from tracerl.collector.otlp import (
     Converted,
-    decode_tokens,
     key_values,
     reject_span,
     span_events,
@@ -26,7 +25,15 @@ from tracerl.collector.otlp import (
     span_links,
     status_code,
 )
-from tracerl.schemas.spans import PROMOTED_ATTRIBUTES, SPANS_SCHEMA, TOKEN_COLUMNS, promote, service_name, to_json
+from tracerl.schemas.spans import (
+    PROMOTED_ATTRIBUTES,
+    SPANS_SCHEMA,
+    TOKEN_COLUMNS,
+    decode_tokens,
+    promote,
+    service_name,
+    to_json,
+)
 from tracerl.schemas.tokens import TokenEncodingError
 
 # The order of each span's tuple of scalar (non-token) columns.

@@ -22,8 +22,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from tracerl.schemas.logs import log_row
-from tracerl.schemas.spans import TOKEN_COLUMNS, span_row, to_json
-from tracerl.schemas.tokens import TokenEncodingError, decode_array
+from tracerl.schemas.spans import decode_tokens, span_row, to_json
+from tracerl.schemas.tokens import TokenEncodingError
 
 
 class BadPayload(ValueError):
@@ -117,16 +117,6 @@ def trace_rows(request: ExportTraceServiceRequest) -> Converted:
 # Token attributes are decoded strictly into numpy arrays before span_row sees them:
 # untrusted input is checked against the int32/float32 columns, and Arrow builds the
 # list columns from numpy arrays without a Python object per token.
-def decode_tokens(attributes: dict[str, Any]) -> None:
-    """Replace the token attributes of a span by strictly decoded numpy arrays (in place)."""
-    for _, key, dtype in TOKEN_COLUMNS:
-        if key in attributes:
-            try:
-                attributes[key] = decode_array(attributes[key], dtype)
-            except TokenEncodingError as exc:
-                raise TokenEncodingError(f"{key}: {exc}") from exc
-
-
 def span_ids(span: Span) -> tuple[str, str, str | None]:
     """(trace_id, span_id, parent_span_id) as hex; ``ValueError`` for an invalid id."""
     return _hex_id(span.trace_id, 16, "trace_id"), _hex_id(span.span_id, 8, "span_id"), span.parent_span_id.hex() or None

@@ -20,8 +20,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from tracerl.instrumentation.settings import settings
-from tracerl.collector.otlp import decode_tokens
-from tracerl.schemas.spans import span_row, spans_table, to_json
+from tracerl.schemas.spans import decode_tokens, span_row, spans_table, to_json
 from tracerl.schemas.tokens import TokenEncodingError
 from tracerl.storage import hour_partition, write_parquet_atomic
 

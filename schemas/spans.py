@@ -17,7 +17,7 @@ import orjson
 import pyarrow as pa
 
 from tracerl.schemas import attributes as A
-from tracerl.schemas.tokens import TokenEncodingError, decode
+from tracerl.schemas.tokens import TokenEncodingError, decode, decode_array
 
 SPANS_SCHEMA_VERSION = 1
 
@@ -143,6 +143,21 @@ TOKEN_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("completion_token_ids", A.COMPLETION_TOKEN_IDS, "i4"),
     ("completion_logprobs", A.COMPLETION_LOGPROBS, "f4"),
 )
+
+
+def decode_tokens(attributes: dict[str, Any]) -> None:
+    """Replace the token attributes of a span by strictly decoded numpy arrays (in place).
+
+    Both span writers (the in-process exporter and the collector) call this before
+    building rows, so a corrupt array is rejected by name and typed arrays go to Arrow
+    without a Python int per token.
+    """
+    for _, key, dtype in TOKEN_COLUMNS:
+        if key in attributes:
+            try:
+                attributes[key] = decode_array(attributes[key], dtype)
+            except TokenEncodingError as exc:
+                raise TokenEncodingError(f"{key}: {exc}") from exc
 
 
 def service_name(resource: Mapping[str, Any]) -> str | None:
