@@ -1,90 +1,134 @@
-"""An OTLP trace request -> the ``spans`` Arrow table, column by column, in one pass.
+"""An OTLP trace request -> the ``spans`` Arrow table, column by column.
 
 The collector's hot path. It stores exactly what ``spans_table(trace_rows(request).rows)``
-stores, but without a dict per span: each span becomes one tuple of its scalar columns
-(the tuples are transposed once per request), resource and scope work is done once per
-group, and the token arrays of all spans are concatenated into each list column at once
-instead of being converted span by span. The promotion rules come from
-:mod:`tracerl.schemas.spans` (``promote``, ``TOKEN_COLUMNS``), the per-field conversions
-from :mod:`tracerl.collector.otlp`, so both paths share one definition of every value.
+stores, but without a dict per span. Two steps:
+
+1. the request's values as plain Python objects (``records``): read straight from the
+   protobuf bytes by the C extension ``_otlp_wire`` when it is built and accepts the body,
+   else from the parsed message by :func:`tracerl.collector.otlp.trace_records`, the
+   definition the extension is tested against;
+2. one shared pass that validates ids and token arrays span by span (rejecting a bad span
+   alone, with the row path's message) and then builds every column at once: per-scope
+   values (service, scope, resource JSON) by index, promoted fields and JSON by list
+   comprehension, token arrays by one concatenation per column.
+
+The promotion rules and the JSON encoding come from :mod:`tracerl.schemas.spans`
+(``PROMOTED_ATTRIBUTES``, ``TOKEN_COLUMNS``, ``decode_tokens``, ``to_json``), the per-field
+conversions from :mod:`tracerl.collector.otlp`, so every value has one definition.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tracerl.collector.otlp import (
-    Converted,
-    key_values,
-    reject_span,
-    span_events,
-    span_ids,
-    span_kind,
-    span_links,
-    status_code,
-)
+from tracerl.collector.otlp import Converted, hex_ids, kind_name, reject_span, status_name, trace_records
 from tracerl.schemas.spans import (
     PROMOTED_ATTRIBUTES,
     SPANS_SCHEMA,
     TOKEN_COLUMNS,
     decode_tokens,
-    promote,
     service_name,
     to_json,
 )
 from tracerl.schemas.tokens import TokenEncodingError
 
-# The order of each span's tuple of scalar (non-token) columns.
-_SCALAR_COLUMNS = (
-    "trace_id", "span_id", "parent_span_id", "name", "kind", "start_time_unix_nano", "end_time_unix_nano",
-    "status_code", "status_message", "service_name", "scope_name", "scope_version",
-    *(column for column, _, _ in PROMOTED_ATTRIBUTES),
-    "attributes", "events", "links", "resource",
+try:
+    from tracerl.collector import _otlp_wire
+except ImportError:  # installed without a C compiler: protobuf objects only (several times slower)
+    _otlp_wire = None
+
+HAVE_WIRE_DECODER = _otlp_wire is not None
+#: Which reader step 1 uses; the collector logs it once at start.
+CONVERTER = (
+    "OTLP wire decoder (C extension tracerl.collector._otlp_wire)" if HAVE_WIRE_DECODER
+    else "protobuf objects (pure Python; the C extension tracerl.collector._otlp_wire is not built)"
 )
-assert set(_SCALAR_COLUMNS) | {c for c, _, _ in TOKEN_COLUMNS} == set(SPANS_SCHEMA.names)
 
 
-def trace_table(request: ExportTraceServiceRequest) -> tuple[pa.Table, Converted]:
+def records(request: ExportTraceServiceRequest, body: bytes | None = None) -> tuple[list[dict], list[tuple], list[tuple]]:
+    """``trace_records(request)``, from ``body`` (the request's protobuf bytes) when possible."""
+    if HAVE_WIRE_DECODER and body is not None:
+        try:
+            return _otlp_wire.decode_trace_request(body)
+        except ValueError:
+            pass  # something the decoder does not reproduce exactly (see otlp_wire.c): protobuf reads it
+    return trace_records(request)
+
+
+def trace_table(request: ExportTraceServiceRequest, body: bytes | None = None) -> tuple[pa.Table, Converted]:
     """The spans table of a request and its per-span rejections (OTLP partial success).
 
+    ``body``, if given, must be the protobuf encoding of ``request`` (what was received).
     Raises an Arrow error, ``OverflowError`` or ``ValueError`` only when a value of a
     valid span does not fit the schema (e.g. a uint64 time beyond int64); the caller then
     falls back to the row path, which finds and rejects that span alone.
     """
+    resources, scopes, spans = records(request, body)
     out = Converted()
-    scalars: list[tuple] = []
-    tokens: list[list] = [[] for _ in TOKEN_COLUMNS]
-    token_keys = [key for _, key, _ in TOKEN_COLUMNS]
-    for group in request.resource_spans:
-        resource = key_values(group.resource.attributes)
-        resource_json, service = to_json(resource), service_name(resource)
-        for scoped in group.scope_spans:
-            scope_name, scope_version = scoped.scope.name or None, scoped.scope.version or None
-            for span in scoped.spans:
-                try:
-                    attributes = key_values(span.attributes)
-                    decode_tokens(attributes)
-                    trace_id, span_id, parent_span_id = span_ids(span)
-                except (TokenEncodingError, ValueError) as exc:
-                    reject_span(out, span, exc)
-                    continue
-                for column, key in zip(tokens, token_keys):
-                    column.append(attributes.pop(key, None))
-                status = span.status
-                scalars.append((
-                    trace_id, span_id, parent_span_id, span.name, span_kind(span),
-                    span.start_time_unix_nano, span.end_time_unix_nano, status_code(span), status.message or None,
-                    service, scope_name, scope_version,
-                    *promote(attributes).values(),
-                    to_json(attributes), to_json(span_events(span)), to_json(span_links(span)), resource_json,
-                ))
-    columns = dict(zip(_SCALAR_COLUMNS, zip(*scalars))) if scalars else dict.fromkeys(_SCALAR_COLUMNS, ())
-    arrays = {name: pa.array(columns[name], type=SPANS_SCHEMA.field(name).type) for name in _SCALAR_COLUMNS}
-    for (column, _, dtype), values in zip(TOKEN_COLUMNS, tokens):
-        arrays[column] = _list_array(values, np.dtype(dtype), SPANS_SCHEMA.field(column).type)
-    return pa.Table.from_arrays([arrays[name] for name in SPANS_SCHEMA.names], schema=SPANS_SCHEMA), out
+    kept, ids = [], []
+    for span in spans:
+        try:
+            decode_tokens(span[10])
+            ids.append(hex_ids(span[1], span[2], span[3]))
+        except (TokenEncodingError, ValueError) as exc:
+            reject_span(out, span[2], span[4], exc)
+            continue
+        kept.append(span)
+    n = len(kept)
+    if not n:
+        return SPANS_SCHEMA.empty_table(), out
+    (scope_index, _, _, _, names, kinds, starts, ends, codes, messages, attributes, events, links) = zip(*kept)
+    trace_ids, span_ids, parent_ids = zip(*ids)
+    columns: dict[str, Any] = {
+        "trace_id": trace_ids, "span_id": span_ids, "parent_span_id": parent_ids, "name": names,
+        "kind": _names(kinds, kind_name), "start_time_unix_nano": starts, "end_time_unix_nano": ends,
+        "status_code": _names(codes, status_name), "status_message": messages,
+    }
+    # one value per scope (service and resource JSON once per resource), taken by index
+    resource_columns = [(service_name(r), to_json(r)) for r in resources]
+    per_scope = {"service_name": [], "scope_name": [], "scope_version": [], "resource": []}
+    for resource_index, name, version in scopes:
+        service, resource_json = resource_columns[resource_index]
+        for column, value in zip(per_scope, (service, name, version, resource_json)):
+            per_scope[column].append(value)
+    take = pa.array(np.fromiter(scope_index, dtype=np.int64, count=n))
+    for column, values in per_scope.items():
+        columns[column] = pa.array(values, type=SPANS_SCHEMA.field(column).type).take(take)
+    for column, key, dtype in TOKEN_COLUMNS:  # moved out of the attributes into typed columns
+        values = [a.pop(key, None) for a in attributes]
+        columns[column] = _list_array(values, np.dtype(dtype), SPANS_SCHEMA.field(column).type)
+    columns.update(_promoted(attributes))
+    columns["attributes"] = [to_json(a) for a in attributes]
+    columns["events"] = [to_json(e) for e in events]
+    columns["links"] = [to_json(link) for link in links]
+    arrays = [
+        value if isinstance(value, pa.Array) else pa.array(value, type=field.type)
+        for value, field in ((columns[field.name], field) for field in SPANS_SCHEMA)
+    ]
+    return pa.Table.from_arrays(arrays, schema=SPANS_SCHEMA), out
+
+
+def _names(values: tuple[int, ...], name: Any) -> list[str]:
+    """``name(v)`` for each value, computed once per distinct value (a request has a handful)."""
+    names = {v: name(v) for v in set(values)}
+    return [names[v] for v in values]
+
+
+def _promoted(attributes: tuple[dict, ...]) -> dict[str, list]:
+    """``schemas.spans.promote`` of every span, column by column: for each promoted column the
+    value of the first of its keys present, cast (``PROMOTED_ATTRIBUTES`` is the rule)."""
+    columns = {}
+    for column, keys, cast in PROMOTED_ATTRIBUTES:
+        if len(keys) == 1:
+            key = keys[0]
+            columns[column] = [cast(a[key]) if key in a else None for a in attributes]
+        else:
+            columns[column] = [next((cast(a[key]) for key in keys if key in a), None) for a in attributes]
+    return columns
 
 
 def _list_array(arrays: list[np.ndarray | None], dtype: np.dtype, type_: pa.ListType) -> pa.Array:

@@ -7,6 +7,7 @@ through is here once.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -29,12 +30,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from tracerl.collector import otlp, wal
-from tracerl.collector.columns import trace_table
+from tracerl.collector.columns import CONVERTER, trace_table
 from tracerl.collector.sink import DurableTable, Overloaded, TableKind
 from tracerl.schemas.logs import logs_table
 from tracerl.schemas.spans import spans_table
 
 MiB = 1 << 20
+
+log = logging.getLogger("tracerl.collector")
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,7 @@ class Collector:
         }
 
     def start(self) -> None:
+        log.info("OTLP trace requests are read by the %s", CONVERTER)
         for table in self.tables.values():
             table.start()
 
@@ -163,7 +167,7 @@ class Collector:
         send then. Raises :class:`Overloaded` when the client must retry later.
         """
         with self._converting:
-            table, converted = signal.table.build(request)
+            table, converted = signal.table.build(request, payload)
         response = signal.respond(converted.rejected, converted.message)
         if not table.num_rows:
             done: Future = Future()

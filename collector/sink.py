@@ -64,14 +64,17 @@ class TableKind:
     request: type[Message]  # what a WAL record holds, protobuf-encoded
     rows: Callable[[Message], Converted]
     to_table: Callable[[list[dict[str, Any]]], pa.Table]
-    # Optional fast path: the same table as ``table(rows(request))``, built column-wise.
-    columns: Callable[[Message], tuple[pa.Table, Converted]] | None = None
+    # Optional fast path: the same table as ``table(rows(request))``, built column-wise,
+    # from the request's protobuf bytes when given (see columns.py).
+    columns: Callable[[Message, bytes | None], tuple[pa.Table, Converted]] | None = None
 
-    def build(self, request: Message) -> tuple[pa.Table, Converted]:
-        """Arrow table and per-item rejections of one request (on receipt and on WAL replay alike)."""
+    def build(self, request: Message, payload: bytes | None = None) -> tuple[pa.Table, Converted]:
+        """Arrow table and per-item rejections of one request (on receipt and on WAL replay alike).
+
+        ``payload``, if given, is the protobuf encoding of ``request`` (what the WAL stores)."""
         if self.columns is not None:
             try:
-                return self.columns(request)
+                return self.columns(request, payload)
             except _UNSTORABLE:
                 pass  # a value the schema cannot hold: the row path finds it and rejects it alone
         converted = self.rows(request)
@@ -300,7 +303,7 @@ class DurableTable:
                 segment.partition = hour_partition()
                 wal.SegmentWriter(self.wal_dir, seq).close(segment.partition)
             if not self._already_written(seq, segment.partition):
-                tables = [self.kind.build(parse_protobuf(record, self.kind.request))[0] for record in segment.records]
+                tables = [self.kind.build(parse_protobuf(record, self.kind.request), record)[0] for record in segment.records]
                 rows = sum(t.num_rows for t in tables)
                 if rows:
                     self._write(seq, segment.partition, pa.concat_tables(tables))
