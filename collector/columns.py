@@ -34,7 +34,7 @@ from tracerl.schemas.spans import (
     service_name,
     to_json,
 )
-from tracerl.schemas.tokens import TokenEncodingError
+from tracerl.schemas.tokens import PACKED_PREFIX, TokenEncodingError
 
 try:
     from tracerl.collector import _otlp_wire
@@ -49,11 +49,16 @@ CONVERTER = (
 )
 
 
-def records(request: ExportTraceServiceRequest, body: bytes | None = None) -> tuple[list[dict], list[tuple], list[tuple]]:
+# The token attributes the C decoder unpacks itself when they come packed: (key, the packed
+# prefix of their element type, element size), from the one definition of each.
+PACKED_TOKENS = tuple((key, f"{PACKED_PREFIX}{dtype}:", np.dtype(dtype).itemsize) for _, key, dtype in TOKEN_COLUMNS)
+
+
+def records(request: ExportTraceServiceRequest, body: bytes | None = None) -> tuple[list[dict], list[tuple], tuple[list, ...]]:
     """``trace_records(request)``, from ``body`` (the request's protobuf bytes) when possible."""
     if HAVE_WIRE_DECODER and body is not None:
         try:
-            return _otlp_wire.decode_trace_request(body)
+            return _otlp_wire.decode_trace_request(body, PACKED_TOKENS)
         except ValueError:
             pass  # something the decoder does not reproduce exactly (see otlp_wire.c): protobuf reads it
     return trace_records(request)
@@ -69,19 +74,10 @@ def trace_table(request: ExportTraceServiceRequest, body: bytes | None = None) -
     """
     resources, scopes, spans = records(request, body)
     out = Converted()
-    kept, ids = [], []
-    for span in spans:
-        try:
-            decode_tokens(span[10])
-            ids.append(hex_ids(span[1], span[2], span[3]))
-        except (TokenEncodingError, ValueError) as exc:
-            reject_span(out, span[2], span[4], exc)
-            continue
-        kept.append(span)
-    n = len(kept)
-    if not n:
+    spans, ids = _valid(spans, out)
+    if not ids:
         return SPANS_SCHEMA.empty_table(), out
-    (scope_index, _, _, _, names, kinds, starts, ends, codes, messages, attributes, events, links) = zip(*kept)
+    (scope_index, _, _, _, names, kinds, starts, ends, codes, messages, attributes, events, links, *unpacked) = spans
     trace_ids, span_ids, parent_ids = zip(*ids)
     columns: dict[str, Any] = {
         "trace_id": trace_ids, "span_id": span_ids, "parent_span_id": parent_ids, "name": names,
@@ -95,11 +91,11 @@ def trace_table(request: ExportTraceServiceRequest, body: bytes | None = None) -
         service, resource_json = resource_columns[resource_index]
         for column, value in zip(per_scope, (service, name, version, resource_json)):
             per_scope[column].append(value)
-    take = pa.array(np.fromiter(scope_index, dtype=np.int64, count=n))
+    take = pa.array(np.array(scope_index, dtype=np.int64))
     for column, values in per_scope.items():
         columns[column] = pa.array(values, type=SPANS_SCHEMA.field(column).type).take(take)
-    for column, key, dtype in TOKEN_COLUMNS:  # moved out of the attributes into typed columns
-        values = [a.pop(key, None) for a in attributes]
+    for (column, key, dtype), items in zip(TOKEN_COLUMNS, unpacked):  # out of the attributes, into typed columns
+        values = [a.pop(key, None) if raw is None else raw for a, raw in zip(attributes, items)]
         columns[column] = _list_array(values, np.dtype(dtype), SPANS_SCHEMA.field(column).type)
     columns.update(_promoted(attributes))
     columns["attributes"] = [to_json(a) for a in attributes]
@@ -110,6 +106,23 @@ def trace_table(request: ExportTraceServiceRequest, body: bytes | None = None) -
         for value, field in ((columns[field.name], field) for field in SPANS_SCHEMA)
     ]
     return pa.Table.from_arrays(arrays, schema=SPANS_SCHEMA), out
+
+
+def _valid(spans: tuple[list, ...], out: Converted) -> tuple[tuple[list, ...], list[tuple[str, str, str | None]]]:
+    """The spans with valid ids and token attributes (decoded in place), and their hex ids;
+    each other span is rejected alone, with the row path's message."""
+    _, trace_ids, span_ids, parent_ids, names, _, _, _, _, _, attributes, *_ = spans
+    ids, rejected = [], set()
+    for i, a in enumerate(attributes):
+        try:
+            decode_tokens(a)
+            ids.append(hex_ids(trace_ids[i], span_ids[i], parent_ids[i]))
+        except (TokenEncodingError, ValueError) as exc:
+            reject_span(out, span_ids[i], names[i], exc)
+            rejected.add(i)
+    if rejected:
+        spans = tuple([v for i, v in enumerate(column) if i not in rejected] for column in spans)
+    return spans, ids
 
 
 def _names(values: tuple[int, ...], name: Any) -> list[str]:
@@ -131,16 +144,21 @@ def _promoted(attributes: tuple[dict, ...]) -> dict[str, list]:
     return columns
 
 
-def _list_array(arrays: list[np.ndarray | None], dtype: np.dtype, type_: pa.ListType) -> pa.Array:
-    """One list column from per-span numpy arrays (or ``None``): one concatenation, no per-span conversion."""
-    present = [a for a in arrays if a is not None]
-    values = np.concatenate(present).astype(dtype, copy=False) if present else np.empty(0, dtype=dtype)
-    lengths = np.fromiter((0 if a is None else len(a) for a in arrays), dtype=np.int64, count=len(arrays))
-    ends = np.cumsum(lengths)
+def _list_array(items: list[bytes | np.ndarray | None], dtype: np.dtype, type_: pa.ListType) -> pa.Array:
+    """One list column from per-span items (None: no list): the items' little-endian bytes
+    (unpacked by the C decoder) or arrays (from ``decode_tokens``). One concatenation, no
+    conversion per span or per item; the offsets and validity buffers are made with numpy
+    (pyarrow converts Python lists, even of bools, several times slower)."""
+    dtype = dtype.newbyteorder("<")
+    raw = [x if x is None or type(x) is bytes else x.astype(dtype, copy=False).tobytes() for x in items]
+    values = np.frombuffer(b"".join([x for x in raw if x]), dtype=dtype)
+    ends = np.cumsum(np.array([len(x) if x else 0 for x in raw], dtype=np.int64)) // dtype.itemsize
     if len(ends) and ends[-1] > np.iinfo(np.int32).max:
         raise OverflowError(f"{ends[-1]} values in one {type_} column of a request")
-    offsets = np.concatenate(([0], ends)).astype(np.int32)
-    mask = None
-    if len(present) != len(arrays):
-        mask = pa.array(np.fromiter((a is None for a in arrays), dtype=bool, count=len(arrays)))
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=type_.value_type), type=type_, mask=mask)
+    offsets = np.zeros(len(raw) + 1, dtype=np.int32)
+    offsets[1:] = ends
+    validity = None
+    if None in raw:
+        validity = pa.py_buffer(np.packbits(np.frombuffer(bytes([x is not None for x in raw]), dtype=bool), bitorder="little"))
+    return pa.Array.from_buffers(type_, len(raw), [validity, pa.py_buffer(offsets)],
+                                 children=[pa.array(values, type=type_.value_type)])

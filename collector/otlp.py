@@ -22,7 +22,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from tracerl.schemas.logs import log_row
-from tracerl.schemas.spans import decode_tokens, span_row, to_json
+from tracerl.schemas.spans import TOKEN_COLUMNS, decode_tokens, span_row, to_json
 from tracerl.schemas.tokens import TokenEncodingError
 
 
@@ -188,24 +188,30 @@ def reject_span(out: Converted, span_id: bytes, name: str, exc: Exception) -> No
 
 # --- trace records: the values of a request, before promotion, JSON and Arrow -------------
 
-#: One span of :func:`trace_records`: (scope index, trace_id, span_id, parent_span_id (raw
-#: bytes), name, kind (int), start, end, status code (int), status message or None,
-#: attributes, events, links) -- attributes as :func:`key_values`, events and links as
-#: :func:`span_events` and :func:`span_links`.
-SpanRecord = tuple[int, bytes, bytes, bytes, str, int, int, int, int, "str | None", dict, list, list]
+#: The columns of :func:`trace_records`' spans, before one column per ``TOKEN_COLUMNS`` entry.
+SPAN_RECORD_COLUMNS = (
+    "scope_index", "trace_id", "span_id", "parent_span_id", "name", "kind", "start_time_unix_nano",
+    "end_time_unix_nano", "status_code", "status_message", "attributes", "events", "links",
+)
 
 
-def trace_records(request: ExportTraceServiceRequest) -> tuple[list[dict], list[tuple], list[SpanRecord]]:
+def trace_records(request: ExportTraceServiceRequest) -> tuple[list[dict], list[tuple], tuple[list, ...]]:
     """(resources, scopes, spans) of a request: what the column builder needs, as plain values.
 
     resources: :func:`key_values` of each resource; scopes: (resource index, name or None,
-    version or None); spans: :data:`SpanRecord`. The C extension ``_otlp_wire`` computes the
-    same from the protobuf bytes (``decode_trace_request``) several times faster; this is the
-    definition it is tested against, and the fallback when it is missing or declines a body.
+    version or None); spans: one list per column (:data:`SPAN_RECORD_COLUMNS`: scope index,
+    raw trace/span/parent ids, name, kind and status code as ints, status message or None,
+    attributes as :func:`key_values`, events and links as :func:`span_events` and
+    :func:`span_links`), then one per ``TOKEN_COLUMNS`` entry: the token attributes' items
+    when a reader unpacked them itself (then they are not in the attributes), else None.
+    This reader leaves them all to ``decode_tokens``. The C extension ``_otlp_wire`` computes
+    the same from the protobuf bytes (``decode_trace_request``) several times faster and
+    unpacks packed token strings; this is the definition it is tested against, and the
+    fallback when it is missing or declines a body.
     """
     resources: list[dict] = []
     scopes: list[tuple] = []
-    spans: list[SpanRecord] = []
+    rows = []
     for group in request.resource_spans:
         resource_index = len(resources)
         resources.append(key_values(group.resource.attributes))
@@ -214,12 +220,13 @@ def trace_records(request: ExportTraceServiceRequest) -> tuple[list[dict], list[
             scopes.append((resource_index, scoped.scope.name or None, scoped.scope.version or None))
             for span in scoped.spans:
                 status = span.status
-                spans.append((
+                rows.append((
                     scope_index, span.trace_id, span.span_id, span.parent_span_id, span.name, span.kind,
                     span.start_time_unix_nano, span.end_time_unix_nano, status.code, status.message or None,
                     key_values(span.attributes), span_events(span), span_links(span),
                 ))
-    return resources, scopes, spans
+    spans = tuple(map(list, zip(*rows))) if rows else tuple([] for _ in SPAN_RECORD_COLUMNS)
+    return resources, scopes, spans + tuple([None] * len(rows) for _ in TOKEN_COLUMNS)
 
 
 # --- logs ------------------------------------------------------------------------------

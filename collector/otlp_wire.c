@@ -8,12 +8,20 @@
  * Contract (tests/collector/test_otlp_wire.py checks it against the upb path,
  * tracerl.collector.otlp.trace_records, value for value):
  *
- *   decode_trace_request(body) -> (resources, scopes, spans)
+ *   decode_trace_request(body, packed) -> (resources, scopes, spans)
  *     resources: [dict]                      key_values(resource_spans[i].resource.attributes)
  *     scopes:    [(resource index, name or None, version or None)]
- *     spans:     [(scope index, trace_id: bytes, span_id: bytes, parent_span_id: bytes,
- *                  name: str, kind: int, start: int, end: int, status code: int,
- *                  status message or None, attributes: dict, events: list, links: list)]
+ *     spans:     one list per column, one item per span: scope index, trace_id, span_id,
+ *                parent_span_id (bytes), name, kind (int), start, end, status code (int),
+ *                status message or None, attributes (dict), events, links (lists of dicts),
+ *                then one column per entry of ``packed``.
+ *     packed:    ((attribute key, prefix, item size), ...): token attributes that may come
+ *                packed ("tokpack:i4:<base64>", schemas/tokens.py). A span's value of such a
+ *                key that is a packed string in the form unpack() reads is returned as the
+ *                items' little-endian bytes in its column and left out of the attributes;
+ *                otherwise the column holds None and the value stays in the attributes
+ *                (where such a key may sit at another position than in key_values: the
+ *                column builder takes it out of the attributes anyway).
  *
  * Attribute values: str, bool, int, float, bytes, list (array_value), dict (kvlist_value),
  * None (no value); the last of repeated keys wins, at the position of its first occurrence.
@@ -40,12 +48,26 @@
 
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
 
+#define SPAN_FIELDS 13 /* columns of a span before its packed token arrays */
+#define MAX_PACKED 8
+
+/* A token attribute sent packed: "<prefix><base64 of little-endian items>" (schemas/tokens.py). */
+typedef struct {
+    const char *key, *prefix;
+    Py_ssize_t key_size, prefix_size, itemsize;
+} Packed;
+
 typedef struct {
     const uint8_t *start; /* of the body: error messages give byte offsets */
     /* Per-call cache of short ASCII strings (attribute keys mostly): one object per distinct
      * string per request instead of one per occurrence, and its hash is computed once. */
     PyObject *cache[CACHE_SLOTS];
+    Packed packed[MAX_PACKED];
+    int n_packed;
+    PyObject *spans[SPAN_FIELDS + MAX_PACKED]; /* the spans, column by column (lists) */
 } Decoder;
+
+static signed char base64_values[256]; /* -1: not in the standard alphabet ('=' included) */
 
 static PyObject *s_name, *s_time_unix_nano, *s_attributes, *s_trace_id, *s_span_id;
 
@@ -315,39 +337,46 @@ static PyObject *decode_any_value(Decoder *d, const uint8_t *p, const uint8_t *e
     return fail(d, p, "internal: unknown AnyValue kind"), NULL;
 }
 
-/* KeyValue { string key = 1; AnyValue value = 2; int32 key_strindex = 3; } into dict[key]. */
-static int add_key_value(Decoder *d, PyObject *dict, const uint8_t *p, const uint8_t *end, int depth) {
-    const uint8_t *key = p, *value = NULL, *value_end = NULL;
-    Py_ssize_t key_size = 0;
+/* KeyValue { string key = 1; AnyValue value = 2; int32 key_strindex = 3; }: new references to
+ * its key and value (None when it has none), and the key's bytes. */
+static int read_key_value(Decoder *d, const uint8_t *p, const uint8_t *end, int depth, PyObject **key_out,
+                          PyObject **value_out, const uint8_t **key_bytes, Py_ssize_t *key_size) {
+    const uint8_t *value = NULL, *value_end = NULL;
     uint32_t field;
     int wire_type;
+    *key_bytes = p;
+    *key_size = 0;
     while (p < end) {
         const uint8_t *at = p;
         if (read_tag(d, &p, end, &field, &wire_type)) return -1;
         if (field == 1) {
-            if (read_bytes(d, at, wire_type, &p, end, &key, &key_size)) return -1;
+            if (read_bytes(d, at, wire_type, &p, end, key_bytes, key_size)) return -1;
         } else if (field == 2) {
             if (read_once(d, at, wire_type, &p, end, &value, &value_end, "KeyValue with two values")) return -1;
         } else if (skip_field(d, &p, end, wire_type)) {
             return -1;
         }
     }
-    PyObject *k = make_str(d, key, key_size);
-    if (k == NULL) return -1;
-    PyObject *v;
+    if ((*key_out = make_str(d, *key_bytes, *key_size)) == NULL) return -1;
     if (value == NULL) {
-        v = Py_None;
-        Py_INCREF(v);
-    } else {
-        v = decode_any_value(d, value, value_end, depth + 1);
-    }
-    if (v == NULL) {
-        Py_DECREF(k);
+        Py_INCREF(Py_None);
+        *value_out = Py_None;
+    } else if ((*value_out = decode_any_value(d, value, value_end, depth + 1)) == NULL) {
+        Py_CLEAR(*key_out);
         return -1;
     }
-    int rc = PyDict_SetItem(dict, k, v);
-    Py_DECREF(k);
-    Py_DECREF(v);
+    return 0;
+}
+
+/* dict[key] = value of a KeyValue: the last of repeated keys wins, at its first position. */
+static int add_key_value(Decoder *d, PyObject *dict, const uint8_t *p, const uint8_t *end, int depth) {
+    PyObject *key, *value;
+    const uint8_t *key_bytes;
+    Py_ssize_t key_size;
+    if (read_key_value(d, p, end, depth, &key, &value, &key_bytes, &key_size)) return -1;
+    int rc = PyDict_SetItem(dict, key, value);
+    Py_DECREF(key);
+    Py_DECREF(value);
     return rc;
 }
 
@@ -359,6 +388,74 @@ static int add_attribute(Decoder *d, PyObject **dict, const uint8_t *at, const u
     if (read_bytes(d, at, wire_type, pp, end, &item, &size)) return -1;
     if (*dict == NULL && (*dict = PyDict_New()) == NULL) return -1;
     return add_key_value(d, *dict, item, item + size, ATTRIBUTE_DEPTH);
+}
+
+/* The items of a packed token string as bytes, or NULL without an error when ``value`` is not
+ * one in the form this decodes: exactly "<prefix>" + standard base64 in whole quanta (padding
+ * only at the end) of a whole number of items. schemas/tokens.py accepts every such string
+ * and decodes it to the same bytes (tests/collector/test_otlp_wire.py checks); anything else is
+ * left in the attributes for it to decode or reject. */
+static PyObject *unpack(const Packed *packed, PyObject *value) {
+    if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_COMPACT_ASCII(value)) return NULL;
+    const uint8_t *s = PyUnicode_1BYTE_DATA(value);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(value) - packed->prefix_size;
+    if (n < 0 || n % 4 || memcmp(s, packed->prefix, (size_t)packed->prefix_size)) return NULL;
+    s += packed->prefix_size;
+    Py_ssize_t pad = n && s[n - 1] == '=' ? (s[n - 2] == '=' ? 2 : 1) : 0, size = n / 4 * 3 - pad;
+    if (size % packed->itemsize) return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL) return NULL;
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i += 4) {
+        int a = base64_values[s[i]], b = base64_values[s[i + 1]];
+        int c = i + 4 == n && pad == 2 ? 0 : base64_values[s[i + 2]];
+        int e = i + 4 == n && pad ? 0 : base64_values[s[i + 3]];
+        if ((a | b | c | e) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        uint32_t bits = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6 | (uint32_t)e;
+        Py_ssize_t left = size - (o - (uint8_t *)PyBytes_AS_STRING(out)); /* 3, or 1-2 in the padded quantum */
+        o[0] = (uint8_t)(bits >> 16);
+        if (left > 1) o[1] = (uint8_t)(bits >> 8);
+        if (left > 2) o[2] = (uint8_t)bits;
+        o += left < 3 ? left : 3;
+    }
+    return out;
+}
+
+/* A span attribute. A packed token array (Decoder.packed) this decodes goes to tokens[i] as its
+ * items' bytes and is not in the dict; anything else goes into the dict. The last of repeated
+ * keys wins either way, as in key_values. */
+static int add_span_attribute(Decoder *d, PyObject **dict, PyObject **tokens, const uint8_t *at, const uint8_t **pp,
+                              const uint8_t *end, int wire_type) {
+    const uint8_t *item, *key_bytes;
+    Py_ssize_t size, key_size;
+    PyObject *key, *value;
+    if (read_bytes(d, at, wire_type, pp, end, &item, &size)) return -1;
+    if (*dict == NULL && (*dict = PyDict_New()) == NULL) return -1;
+    if (read_key_value(d, item, item + size, ATTRIBUTE_DEPTH, &key, &value, &key_bytes, &key_size)) return -1;
+    int rc = 0, i = 0, unpacked = 0;
+    while (i < d->n_packed && (d->packed[i].key_size != key_size || memcmp(d->packed[i].key, key_bytes, (size_t)key_size)))
+        i++;
+    if (i < d->n_packed) {
+        PyObject *items = unpack(&d->packed[i], value);
+        if (items == NULL && PyErr_Occurred()) {
+            rc = -1;
+        } else {
+            Py_XSETREF(tokens[i], items);
+            unpacked = items != NULL;
+        }
+    }
+    if (rc == 0 && !unpacked) {
+        rc = PyDict_SetItem(*dict, key, value);
+    } else if (rc == 0) { /* drop an earlier value of the key */
+        rc = PyDict_Contains(*dict, key);
+        if (rc > 0) rc = PyDict_DelItem(*dict, key);
+    }
+    Py_DECREF(key);
+    Py_DECREF(value);
+    return rc < 0 ? -1 : 0;
 }
 
 static PyObject *dict_or_empty(PyObject *dict) {
@@ -452,14 +549,15 @@ static int append_decoded(Decoder *d, PyObject **list, const uint8_t *at, const 
 
 /* ---- Span ------------------------------------------------------------------------------ */
 
-static PyObject *decode_span(Decoder *d, const uint8_t *p, const uint8_t *end, PyObject *scope_index) {
+/* Appends one span to Decoder.spans. */
+static int decode_span(Decoder *d, const uint8_t *p, const uint8_t *end, PyObject *scope_index) {
     const uint8_t *trace_id = p, *span_id = p, *parent = p, *name = p, *status = NULL, *status_end = NULL;
     const uint8_t *message = p;
     Py_ssize_t trace_id_size = 0, span_id_size = 0, parent_size = 0, name_size = 0, message_size = 0;
     uint64_t kind = 0, start = 0, stop = 0, code = 0;
-    PyObject *attributes = NULL, *events = NULL, *links = NULL, *row = NULL;
+    PyObject *attributes = NULL, *events = NULL, *links = NULL, *tokens[MAX_PACKED] = {NULL};
     uint32_t field;
-    int wire_type;
+    int wire_type, rc = -1;
     while (p < end) {
         const uint8_t *at = p;
         if (read_tag(d, &p, end, &field, &wire_type)) goto done;
@@ -486,7 +584,7 @@ static PyObject *decode_span(Decoder *d, const uint8_t *p, const uint8_t *end, P
             if (expect(d, at, wire_type, WT_I64) || read_fixed(d, &p, end, 8, &stop)) goto done;
             break;
         case 9:
-            if (add_attribute(d, &attributes, at, &p, end, wire_type)) goto done;
+            if (add_span_attribute(d, &attributes, tokens, at, &p, end, wire_type)) goto done;
             break;
         case 11:
             if (append_decoded(d, &events, at, &p, end, wire_type, decode_event)) goto done;
@@ -525,25 +623,36 @@ static PyObject *decode_span(Decoder *d, const uint8_t *p, const uint8_t *end, P
         Py_XDECREF(name_str);
         goto done;
     }
-    PyObject *items[13] = {
+    PyObject *items[SPAN_FIELDS + MAX_PACKED] = {
         scope_index, make_bytes(trace_id, trace_id_size), make_bytes(span_id, span_id_size),
         make_bytes(parent, parent_size), name_str, PyLong_FromLong((int32_t)(uint32_t)kind),
         PyLong_FromUnsignedLongLong(start), PyLong_FromUnsignedLongLong(stop),
         PyLong_FromLong((int32_t)(uint32_t)code), message_str, attributes, events, links,
     };
-    row = new_tuple(items, 13, 1, 10); /* steals items[1..9], which may be NULL after an error */
+    for (int i = 0; i < d->n_packed; i++) items[SPAN_FIELDS + i] = tokens[i] != NULL ? tokens[i] : Py_None;
+    for (int i = 1; i < 10; i++) /* the new ones */
+        if (items[i] == NULL) {
+            for (int j = 1; j < 10; j++) Py_XDECREF(items[j]);
+            goto done;
+        }
+    rc = 0;
+    for (int i = 0; i < SPAN_FIELDS + d->n_packed; i++) {
+        if (rc == 0) rc = PyList_Append(d->spans[i], items[i]);
+        if (i >= 1 && i < 10) Py_DECREF(items[i]);
+    }
 done:
     Py_XDECREF(attributes);
     Py_XDECREF(events);
     Py_XDECREF(links);
-    return row;
+    for (int i = 0; i < d->n_packed; i++) Py_XDECREF(tokens[i]);
+    return rc;
 }
 
 /* ---- ScopeSpans, ResourceSpans, the request -------------------------------------------------- */
 
 /* ScopeSpans { InstrumentationScope scope = 1; repeated Span spans = 2; string schema_url = 3; } */
 static int decode_scope_spans(Decoder *d, const uint8_t *p, const uint8_t *end, PyObject *resource_index,
-                              PyObject *scopes, PyObject *spans) {
+                              PyObject *scopes) {
     const uint8_t *scope = NULL, *scope_end = NULL, *name = p, *version = p;
     Py_ssize_t name_size = 0, version_size = 0;
     uint32_t field;
@@ -558,11 +667,7 @@ static int decode_scope_spans(Decoder *d, const uint8_t *p, const uint8_t *end, 
             if (read_once(d, at, wire_type, &p, end, &scope, &scope_end, "ScopeSpans with two scopes")) goto done;
         } else if (field == 2) {
             if (read_bytes(d, at, wire_type, &p, end, &item, &size)) goto done;
-            PyObject *row = decode_span(d, item, item + size, scope_index);
-            if (row == NULL) goto done;
-            int appended = PyList_Append(spans, row);
-            Py_DECREF(row);
-            if (appended) goto done;
+            if (decode_span(d, item, item + size, scope_index)) goto done;
         } else if (skip_field(d, &p, end, wire_type)) {
             goto done;
         }
@@ -590,7 +695,7 @@ done:
 
 /* ResourceSpans { Resource resource = 1; repeated ScopeSpans scope_spans = 2; string schema_url = 3; } */
 static int decode_resource_spans(Decoder *d, const uint8_t *p, const uint8_t *end, PyObject *resources,
-                                 PyObject *scopes, PyObject *spans) {
+                                 PyObject *scopes) {
     const uint8_t *resource = NULL, *resource_end = NULL;
     uint32_t field;
     int wire_type, rc = -1;
@@ -604,7 +709,7 @@ static int decode_resource_spans(Decoder *d, const uint8_t *p, const uint8_t *en
             if (read_once(d, at, wire_type, &p, end, &resource, &resource_end, "ResourceSpans with two resources")) goto done;
         } else if (field == 2) {
             if (read_bytes(d, at, wire_type, &p, end, &item, &size)) goto done;
-            if (decode_scope_spans(d, item, item + size, resource_index, scopes, spans)) goto done;
+            if (decode_scope_spans(d, item, item + size, resource_index, scopes)) goto done;
         } else if (skip_field(d, &p, end, wire_type)) {
             goto done;
         }
@@ -626,16 +731,42 @@ done:
     return rc;
 }
 
-static PyObject *decode_trace_request(PyObject *module, PyObject *arg) {
+/* The packed token attributes to unpack: ((key, prefix, item size), ...), from Python. */
+static int read_packed(Decoder *d, PyObject *packed) {
+    if (!PyTuple_Check(packed) || PyTuple_GET_SIZE(packed) > MAX_PACKED) {
+        PyErr_SetString(PyExc_TypeError, "packed must be a tuple of at most 8 (key, prefix, item size) tuples");
+        return -1;
+    }
+    d->n_packed = (int)PyTuple_GET_SIZE(packed);
+    for (int i = 0; i < d->n_packed; i++) {
+        Packed *p = &d->packed[i];
+        PyObject *key, *prefix;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(packed, i), "UUn", &key, &prefix, &p->itemsize)) return -1;
+        if ((p->key = PyUnicode_AsUTF8AndSize(key, &p->key_size)) == NULL ||
+            (p->prefix = PyUnicode_AsUTF8AndSize(prefix, &p->prefix_size)) == NULL)
+            return -1;
+        if (p->itemsize <= 0) {
+            PyErr_SetString(PyExc_ValueError, "item size must be positive");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *decode_trace_request(PyObject *module, PyObject *args) {
     Py_buffer body;
-    if (PyObject_GetBuffer(arg, &body, PyBUF_SIMPLE)) return NULL;
+    PyObject *packed, *resources = NULL, *scopes = NULL, *spans = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*O", &body, &packed)) return NULL;
     Decoder *d = PyMem_Calloc(1, sizeof(Decoder));
-    PyObject *resources = PyList_New(0), *scopes = PyList_New(0), *spans = PyList_New(0), *result = NULL;
     if (d == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    if (resources == NULL || scopes == NULL || spans == NULL) goto done;
+    if (read_packed(d, packed)) goto done;
+    int n_columns = SPAN_FIELDS + d->n_packed;
+    for (int i = 0; i < n_columns; i++)
+        if ((d->spans[i] = PyList_New(0)) == NULL) goto done;
+    if ((resources = PyList_New(0)) == NULL || (scopes = PyList_New(0)) == NULL) goto done;
     d->start = body.buf;
     const uint8_t *p = body.buf, *end = p + body.len;
     while (p < end) { /* ExportTraceServiceRequest { repeated ResourceSpans resource_spans = 1; } */
@@ -646,15 +777,21 @@ static PyObject *decode_trace_request(PyObject *module, PyObject *arg) {
         if (read_tag(d, &p, end, &field, &wire_type)) goto done;
         if (field == 1) {
             if (read_bytes(d, at, wire_type, &p, end, &item, &size)) goto done;
-            if (decode_resource_spans(d, item, item + size, resources, scopes, spans)) goto done;
+            if (decode_resource_spans(d, item, item + size, resources, scopes)) goto done;
         } else if (skip_field(d, &p, end, wire_type)) {
             goto done;
         }
+    }
+    if ((spans = PyTuple_New(n_columns)) == NULL) goto done;
+    for (int i = 0; i < n_columns; i++) {
+        PyTuple_SET_ITEM(spans, i, d->spans[i]);
+        d->spans[i] = NULL;
     }
     result = PyTuple_Pack(3, resources, scopes, spans);
 done:
     if (d != NULL) {
         for (int i = 0; i < CACHE_SLOTS; i++) Py_XDECREF(d->cache[i]);
+        for (int i = 0; i < SPAN_FIELDS + MAX_PACKED; i++) Py_XDECREF(d->spans[i]);
         PyMem_Free(d);
     }
     Py_XDECREF(resources);
@@ -665,8 +802,9 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"decode_trace_request", decode_trace_request, METH_O,
-     "decode_trace_request(body) -> (resources, scopes, spans) of a protobuf ExportTraceServiceRequest.\n\n"
+    {"decode_trace_request", decode_trace_request, METH_VARARGS,
+     "decode_trace_request(body, packed) -> (resources, scopes, spans) of a protobuf ExportTraceServiceRequest.\n\n"
+     "packed: ((attribute key, packed prefix, item size), ...) of token attributes to unpack.\n"
      "Raises ValueError for anything it does not reproduce exactly; see tracerl.collector.otlp.trace_records."},
     {NULL, NULL, 0, NULL},
 };
@@ -678,6 +816,9 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__otlp_wire(void) {
+    static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    memset(base64_values, -1, sizeof base64_values);
+    for (int i = 0; i < 64; i++) base64_values[(uint8_t)alphabet[i]] = (signed char)i;
     if ((s_name = PyUnicode_InternFromString("name")) == NULL ||
         (s_time_unix_nano = PyUnicode_InternFromString("time_unix_nano")) == NULL ||
         (s_attributes = PyUnicode_InternFromString("attributes")) == NULL ||

@@ -67,6 +67,8 @@ class TableKind:
     # Optional fast path: the same table as ``table(rows(request))``, built column-wise,
     # from the request's protobuf bytes when given (see columns.py).
     columns: Callable[[Message, bytes | None], tuple[pa.Table, Converted]] | None = None
+    # Columns worth dictionary-encoding in Parquet (None: pyarrow's default, all of them).
+    dictionary_columns: tuple[str, ...] | None = None
 
     def build(self, request: Message, payload: bytes | None = None) -> tuple[pa.Table, Converted]:
         """Arrow table and per-item rejections of one request (on receipt and on WAL replay alike).
@@ -271,9 +273,11 @@ class DurableTable:
         the next start commits it, so a storage outage cannot keep the process from exiting.
         """
         delay, attempts = 0.5, 0
+        dictionary = True if self.kind.dictionary_columns is None else list(self.kind.dictionary_columns)
         while True:
             try:
-                write_parquet_atomic(table, self.root, prefix=self._prefix(seq), partition=partition)
+                write_parquet_atomic(table, self.root, prefix=self._prefix(seq), partition=partition,
+                                     use_dictionary=dictionary)
                 self.committed_rows += table.num_rows
                 return True
             except (OSError, pa.ArrowException) as exc:

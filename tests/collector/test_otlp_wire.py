@@ -24,8 +24,41 @@ from tracerl.collector import _otlp_wire, columns, otlp
 from tracerl.collector.columns import trace_table
 from tracerl.collector.loadgen import encode_batches, make_spans
 from tracerl.collector.service import TRACES
+from tracerl.schemas import attributes as A
+from tracerl.schemas.spans import TOKEN_COLUMNS
+from tracerl.schemas.tokens import decode_array, pack_floats, pack_ids
 
-decode = _otlp_wire.decode_trace_request
+
+
+def decode(body: bytes) -> tuple:
+    return _otlp_wire.decode_trace_request(body, columns.PACKED_TOKENS)
+
+
+def _assert_same_records(fast: tuple, reference: tuple) -> int:
+    """The decoder's records equal protobuf's, but for packed token attributes it unpacked: those
+    are absent from its attributes and their bytes equal what ``decode_tokens`` makes of them.
+    Returns how many it unpacked."""
+    n = len(otlp.SPAN_RECORD_COLUMNS)
+    (resources, scopes, spans), (ref_resources, ref_scopes, ref_spans) = fast, reference
+    assert repr((resources, scopes, spans[:10], spans[11:n])) == repr((ref_resources, ref_scopes, ref_spans[:10], ref_spans[11:n]))
+    assert len(spans) == len(ref_spans) and all(v is None for column in ref_spans[n:] for v in column)
+    unpacked = 0
+    for attributes, ref_attributes, *tokens in zip(spans[10], ref_spans[10], *spans[n:]):
+        ref_attributes = dict(ref_attributes)
+        for (_, key, dtype), raw in zip(TOKEN_COLUMNS, tokens):
+            if raw is not None:
+                assert key not in attributes
+                assert decode_array(ref_attributes.pop(key), dtype).tobytes() == raw
+                unpacked += 1
+        assert repr(_by_position(attributes)) == repr(_by_position(ref_attributes))
+    return unpacked
+
+
+def _by_position(attributes: dict) -> tuple[list, list]:
+    """Token attributes leave the attributes for their own columns: their position does not matter."""
+    keys = {key for _, key, _ in TOKEN_COLUMNS}
+    return [item for item in attributes.items() if item[0] not in keys], sorted(
+        (key, repr(value)) for key, value in attributes.items() if key in keys)
 
 
 def _reference_table(request: ExportTraceServiceRequest) -> tuple[str, int, str]:
@@ -33,11 +66,12 @@ def _reference_table(request: ExportTraceServiceRequest) -> tuple[str, int, str]
     return repr(TRACES.table.table(reference).to_pylist()), reference.rejected, reference.message
 
 
-def _assert_same(body: bytes) -> None:
+def _assert_same(body: bytes) -> int:
     """The decoder equals protobuf on ``body`` (a valid request), and so does the stored table."""
     request = ExportTraceServiceRequest.FromString(body)
-    assert repr(decode(body)) == repr(otlp.trace_records(request))
+    unpacked = _assert_same_records(decode(body), otlp.trace_records(request))
     _assert_same_table(request, body)
+    return unpacked
 
 
 def _assert_same_table(request: ExportTraceServiceRequest, body: bytes) -> None:
@@ -88,8 +122,9 @@ def test_random_requests(seed: int, random_request) -> None:
 
 @pytest.mark.parametrize("packed", [True, False])
 def test_sdk_spans(packed: bool) -> None:
-    for body in encode_batches(make_spans(300, packed=packed, llm_every=3, prompt_tokens=40, completion_tokens=7), 128):
-        _assert_same(body)
+    bodies = encode_batches(make_spans(300, packed=packed, llm_every=3, prompt_tokens=40, completion_tokens=7), 128)
+    unpacked = sum(_assert_same(body) for body in bodies)
+    assert unpacked == (3 * 100 if packed else 0)  # every packed token attribute, by the decoder
 
 
 def test_edge_values() -> None:
@@ -113,8 +148,8 @@ def test_edge_values() -> None:
     span.attributes.add(key="no value")
     body = request.SerializeToString()
     _assert_same(body)
-    (_, _, [row]) = decode(body)
-    assert row[5:9] == (-3, 2**64 - 1, 2**63, 2**31 - 1)
+    row = [column[0] for column in decode(body)[2]]
+    assert row[5:9] == [-3, 2**64 - 1, 2**63, 2**31 - 1]
     assert list(row[10]) == ["nan", "inf", "zero", "min", "empty", "dup", "ünï ✓", "nested", "bytes", "", "kv", "no value"]
     assert row[10]["dup"] is True and row[10]["empty"] is None and row[10]["no value"] is None
     assert TRACES.table.build(request, body)[1].rejected == 1  # the uint64 times: the row path rejects the span
@@ -131,6 +166,51 @@ def test_many_distinct_keys_and_values() -> None:
             key = "".join(rng.choice("abcdefgh") for _ in range(rng.randrange(1, 6)))
             span.attributes.add(key=key, value=AnyValue(string_value=f"{i * j % 37}"))
     _assert_same(request.SerializeToString())
+
+
+# --- packed token arrays: unpacked by the decoder exactly as decode_tokens does, or left to it ---
+
+TOKEN_KEYS = [A.PROMPT_TOKEN_IDS, A.COMPLETION_TOKEN_IDS, A.COMPLETION_LOGPROBS]
+payloads = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", max_size=24).map(
+    lambda text: text + "=" * (-len(text) % 4))  # valid base64 quanta; the element count may not fit
+packed_strings = st.one_of(
+    st.lists(st.integers(-(2**31), 2**31 - 1), max_size=9).map(pack_ids),
+    st.lists(st.floats(width=32), max_size=9).map(pack_floats),  # NaN, inf, -0.0 too
+    st.tuples(st.sampled_from(["tokpack:i4:", "tokpack:f4:", "tokpack:x9:", "tokpack:", "tokpack:i4", "", "Tokpack:i4:"]),
+              st.one_of(payloads, st.text(alphabet="AB=:-_ \né", max_size=12))).map("".join),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.tuples(st.sampled_from(TOKEN_KEYS), packed_strings), min_size=1, max_size=5),
+       plain=st.booleans())
+def test_packed_token_attributes(values: list[tuple[str, str]], plain: bool) -> None:
+    """Valid and invalid packed strings, of the right and the wrong element type, repeated keys
+    (the last wins, packed or not), next to plain arrays: same table, same rejections."""
+    request = ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8)
+    span.attributes.add(key="before", value=AnyValue(int_value=1))
+    for key, text in values:
+        span.attributes.add(key=key, value=AnyValue(string_value=text))
+        if plain:
+            span.attributes.add(key=key, value=AnyValue(array_value=ArrayValue(values=[AnyValue(int_value=7)])))
+    span.attributes.add(key="after", value=AnyValue(string_value="x"))
+    _assert_same(request.SerializeToString())
+
+
+def test_packed_token_attributes_are_unpacked() -> None:
+    ids, logprobs = [0, -1, 2**31 - 1, 50_000], [-0.5, float("nan"), -0.0]
+    request = ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8)
+    for key, text in [(A.PROMPT_TOKEN_IDS, "tokpack:i4:AAAA"), (A.PROMPT_TOKEN_IDS, pack_ids(ids)),  # the last wins
+                      (A.COMPLETION_LOGPROBS, pack_floats(logprobs)), (A.COMPLETION_TOKEN_IDS, pack_floats([1.0]))]:
+        span.attributes.add(key=key, value=AnyValue(string_value=text))
+    body = request.SerializeToString()
+    assert _assert_same(body) == 2
+    *_, prompt, completion, logprob_bytes = (column[0] for column in decode(body)[2])
+    assert prompt == struct.pack("<4i", *ids) and completion is None and logprob_bytes == struct.pack("<3f", *logprobs)
+    table, converted = TRACES.table.build(request, body)  # the completion ids are floats: rejected, like the row path
+    assert table.num_rows == 0 and converted.rejected == 1 and A.COMPLETION_TOKEN_IDS in converted.message
 
 
 # --- future fields: skipped as protobuf skips them, except inside AnyValue --------------------
@@ -193,7 +273,7 @@ def test_declined_bodies_fall_back_to_protobuf(case: str) -> None:
     request = ExportTraceServiceRequest.FromString(body)  # valid protobuf, all of them
     with pytest.raises(ValueError):
         decode(body)
-    assert repr(columns.records(request, body)) == repr(otlp.trace_records(request))
+    assert repr(columns.records(request, body)) == repr(otlp.trace_records(request))  # protobuf's reading
     _assert_same_table(request, body)
 
 
@@ -209,9 +289,10 @@ def test_values_protobuf_reads_its_own_way() -> None:
     body = request_with_span(span, resource=field(1, 2, field(1, 2, b"service.name") + field(2, 2, field(1, 2, b"r"))),
                              scope=field(1, 2, b"") + field(2, 2, b"v2") + field(3, 2, field(1, 2, b"not stored")))
     _assert_same(body)
-    (resources, scopes, [row]) = decode(body)
+    resources, scopes, spans = decode(body)
+    row = [column[0] for column in spans]
     assert resources == [{"service.name": "r"}] and scopes == [(0, None, "v2")]
-    assert row[4:10] == ("second", 3, 0, 0, 2, None)
+    assert row[4:10] == ["second", 3, 0, 0, 2, None]
     assert row[10] == {"switch": -5, "back": "text", "bool": True, "dup": b"", "other": None}
 
 
@@ -264,7 +345,7 @@ def test_mutated_bodies_never_crash_and_never_disagree(base: bytes, cut: int, fl
     except DecodeError:
         return  # the collector answers 400 before decoding; the decoder only had to survive it
     if decoded is not None:
-        assert repr(decoded) == repr(otlp.trace_records(request))
+        _assert_same_records(decoded, otlp.trace_records(request))
     _assert_same_table(request, body)
 
 
