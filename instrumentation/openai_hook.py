@@ -15,17 +15,21 @@ import atexit
 import functools
 import importlib
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
-from opentelemetry import trace
+from opentelemetry import context, trace
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span, SpanKind
 from wrapt import wrap_function_wrapper
 
-from tracerl.instrumentation import llm_span
+from tracerl.instrumentation import deferred, llm_span
 from tracerl.instrumentation import token_capture as tc
-from tracerl.instrumentation.processor import is_llm_span, llm_span_chain
+from tracerl.instrumentation.processor import agent_name, is_llm_span, llm_span_chain
 from tracerl.instrumentation.settings import settings
+from tracerl.schemas import attributes as A
 
 logger = logging.getLogger(__name__)
 
@@ -50,12 +54,15 @@ def install() -> None:
 
 
 def _report() -> None:
+    deferred.drain()  # the counts of calls whose spans are still being finished
     line = tc.STATS.report()
     if line:
         logger.warning(line)
 
 
 def _build_request(wrapped, instance, args, kwargs):
+    if not is_instrumentation_enabled():  # inside OTel's suppress_instrumentation(): record nothing
+        return wrapped(*args, **kwargs)
     options = args[0] if args else kwargs["options"]
     kind = tc.endpoint_kind(str(options.url)) if str(options.method).lower() == "post" else None
     body = options.json_data
@@ -73,28 +80,35 @@ def _build_request(wrapped, instance, args, kwargs):
     return request
 
 
-def _call_span(plan: tc.Plan, body: dict) -> tuple[Span, bool]:
-    """The span of this LLM call and whether tracerl owns (describes and ends) it."""
-    span = trace.get_current_span()
-    if span.is_recording() and is_llm_span(span):
-        return span, False
-    attributes = llm_span.request_attributes(plan.kind, body, settings().capture_content)
-    model = body.get("model")
-    name = f"{llm_span.operation(plan.kind)} {model}" if model else llm_span.operation(plan.kind)
-    return _tracer().start_span(name, kind=SpanKind.CLIENT, attributes=attributes), True
-
-
 @functools.lru_cache(maxsize=1)
 def _tracer() -> trace.Tracer:
     return trace.get_tracer("tracerl")
 
 
+Describe = Callable[[], "dict[str, Any]"]
+
+
 class _Capture:
-    """One LLM call in flight: its plan, span and (for streams) the SSE rewriter."""
+    """One LLM call in flight: its plan, its span and (for streams) the SSE rewriter.
+
+    When another instrumentation (OpenLLMetry, agentops) made the call's span, the tokens
+    go on it at once: it ends that span as soon as the SDK returns. Otherwise the span is
+    tracerl's own, and all of its making is deferred off the calling thread
+    (:mod:`tracerl.instrumentation.deferred`): here only the times, the parent context, the
+    agent name (asked of the framework hooks, which read the calling thread's context) and
+    the request's bytes (immutable, unlike the agent's message list) are kept.
+    """
 
     def __init__(self, request: Any) -> None:
         self.plan, body = request.extensions[PLAN_EXTENSION]
-        self.span, self.owned = _call_span(self.plan, body)
+        current = trace.get_current_span()
+        self.span: Span | None = current if current.is_recording() and is_llm_span(current) else None
+        if self.span is None:
+            self.start_ns = time.time_ns()
+            self.parent = context.get_current()
+            self.agent = agent_name(self.parent)
+            self.model = body.get("model")
+            self.request_body = _request_bytes(request, body)
         self._finished = False
         self.rewriter: tc.SSERewriter | None = None
         self.stream_tokens: tc.StreamTokens | None = None
@@ -123,31 +137,57 @@ class _Capture:
             self.finish(None)
             return response
         tokens = tc.take_tokens(self.plan, body, response.headers)
-        if self.owned:
-            self.span.set_attributes(llm_span.response_attributes(self.plan.kind, body, settings().capture_content))
         if self.plan.ask:
-            content = orjson.dumps(body)
+            content = orjson.dumps(body)  # the SDK parses its own copy: `body` stays ours
             response._content = content
             response.headers["content-length"] = str(len(content))
-        self.finish(tokens)
+        kind = self.plan.kind
+        self.finish(tokens, describe=lambda: llm_span.response_attributes(kind, body, settings().capture_content))
         return response
 
     def finish_stream(self) -> None:
         """Record what the stream carried so far (at ``[DONE]``, its end, or its close)."""
-        if self.owned and not self._finished:
-            self.span.set_attributes(llm_span.stream_attributes(self.stream_tokens, settings().capture_content))
-        self.finish(self.stream_tokens.result())
+        stream = self.stream_tokens
+        self.finish(stream.result(), describe=lambda: llm_span.stream_attributes(stream, settings().capture_content))
 
-    def finish(self, tokens: tc.Tokens | None, error: bool = False) -> None:
+    def finish(self, tokens: tc.Tokens | None, error: bool = False, describe: Describe | None = None) -> None:
         if self._finished:
             return
         self._finished = True
+        if self.span is not None:
+            if not error:
+                tc.record(llm_span_chain(self.span), self.plan, tokens, settings().token_encoding)
+            return
+        end_ns = time.time_ns()
+        deferred.submit(lambda: self._make_span(tokens, error, describe, end_ns))
+
+    def _make_span(self, tokens: tc.Tokens | None, error: bool, describe: Describe | None, end_ns: int) -> None:
+        """tracerl's span of this call, made whole in one go (on the finisher thread)."""
+        current = settings()
+        kind = self.plan.kind
+        attributes = llm_span.request_attributes(kind, orjson.loads(self.request_body), current.capture_content)
+        if self.agent:
+            attributes[A.GEN_AI_AGENT_NAME] = self.agent
         if not error:
-            tc.record(llm_span_chain(self.span), self.plan, tokens, settings().token_encoding)
-        if self.owned:
-            if error:
-                self.span.set_status(trace.StatusCode.ERROR)
-            self.span.end()
+            if describe is not None:
+                attributes.update(describe())
+            attributes.update(tc.token_attributes(self.plan, tokens, current.token_encoding))
+        name = f"{llm_span.operation(kind)} {self.model}" if self.model else llm_span.operation(kind)
+        span = _tracer().start_span(
+            name, context=self.parent, kind=SpanKind.CLIENT, attributes=attributes, start_time=self.start_ns
+        )
+        if error:
+            span.set_status(trace.StatusCode.ERROR)
+        span.end(end_time=end_ns)
+
+
+def _request_bytes(request: Any, body: dict) -> bytes:
+    """The JSON the SDK sends (its own encoding of ``body``), or ``body`` encoded now."""
+    try:
+        content = request.content
+    except Exception:  # a request whose body is a stream, not bytes
+        content = None
+    return content if isinstance(content, bytes) and content else orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
 
 
 def _stream_base(name: str) -> tuple[type, ...]:

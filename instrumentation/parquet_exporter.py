@@ -2,9 +2,9 @@
 
 Registered as the ``tracerl`` traces exporter (entry point group
 ``opentelemetry_traces_exporter``), so ``OTEL_TRACES_EXPORTER=tracerl`` selects it with
-no code change. Each batch handed over by the span processor becomes one immutable
-Parquet file under ``$TRACERL_DATA_DIR/spans/date=.../hour=.../``; nothing is buffered
-between batches, so ``force_flush`` and ``shutdown`` have nothing to lose.
+no code change. Spans become immutable Parquet files under
+``$TRACERL_DATA_DIR/spans/date=.../hour=.../``, committed atomically, a few thousand rows
+each; ``force_flush`` and ``shutdown`` commit whatever is pending.
 """
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
+import pyarrow as pa
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from tracerl.instrumentation.settings import settings
@@ -79,21 +81,53 @@ def readable_span_row(span: ReadableSpan, resource_json: str | None = None) -> d
 
 
 class ParquetSpanExporter(SpanExporter):
-    """Write every exported batch of spans as one Parquet file of the spans table."""
+    """Spans to Parquet files of the spans table.
 
-    def __init__(self, data_dir: str | os.PathLike | None = None) -> None:
+    Spans are converted to Arrow the moment the span processor hands them over, and the
+    Arrow data is committed as one Parquet file per ``max_rows`` rows, when the oldest
+    row is ``max_delay_s`` old, on ``force_flush`` and on ``shutdown``. Converting early
+    lets the SDK's span objects die young: a span kept in a processor's queue for seconds
+    is promoted through the garbage collector's generations, and every full collection of
+    an agent's process (often 10^5 live objects) lands on some LLM call. Files stay large
+    because they no longer follow the processor's hand-over rhythm (``settings.PARQUET_HANDOVER_MS``).
+    """
+
+    def __init__(
+        self, data_dir: str | os.PathLike | None = None, *, max_rows: int = 8192, max_delay_s: float = 5.0
+    ) -> None:
         root = Path(data_dir) if data_dir is not None else settings().data_dir
         self.spans_dir = root / "spans"
+        self.max_rows = max_rows
+        self.max_delay_s = max_delay_s
         self._lock = threading.Lock()
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+        self._timer: threading.Timer | None = None
         self._shutdown = False
         self.files_written = 0
         self.spans_written = 0
         self.spans_rejected = 0
+        _exporters.add(self)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._shutdown:
             logger.warning("tracerl: ParquetSpanExporter is shut down; %d spans not written", len(spans))
             return SpanExportResult.FAILURE
+        table = self._table(spans)
+        if table is None:
+            return SpanExportResult.SUCCESS
+        with self._lock:
+            self._pending.append(table)
+            self._pending_rows += table.num_rows
+            if self._pending_rows >= self.max_rows:
+                return SpanExportResult.SUCCESS if self._commit() else SpanExportResult.FAILURE
+            if self._timer is None:
+                self._timer = threading.Timer(self.max_delay_s, self.force_flush)
+                self._timer.daemon = True
+                self._timer.start()
+        return SpanExportResult.SUCCESS
+
+    def _table(self, spans: Sequence[ReadableSpan]) -> pa.Table | None:
         rows = []
         resources: dict[int, str | None] = {}  # id(resource) -> its JSON, for this batch
         for span in spans:
@@ -105,25 +139,54 @@ class ParquetSpanExporter(SpanExporter):
             except TokenEncodingError as exc:
                 self.spans_rejected += 1
                 logger.warning("tracerl: span not written, its token attributes are corrupt: %s", exc)
-        if not rows:
-            return SpanExportResult.SUCCESS
+        return spans_table(rows) if rows else None
+
+    def _commit(self) -> bool:
+        """Write what is pending as one file (lock held); on failure it is dropped, loudly."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._pending:
+            return True
+        table = pa.concat_tables(self._pending)
+        self._pending, self._pending_rows = [], 0
         try:
-            with self._lock:
-                write_parquet_atomic(spans_table(rows), self.spans_dir, prefix="spans", partition=hour_partition())
-                self.files_written += 1
-                self.spans_written += len(rows)
+            write_parquet_atomic(table, self.spans_dir, prefix="spans", partition=hour_partition())
         except OSError as exc:
             logger.error(
                 "tracerl: could not write %d spans under %s: %s (check that TRACERL_DATA_DIR is writable)",
-                len(rows),
+                table.num_rows,
                 self.spans_dir,
                 exc,
             )
-            return SpanExportResult.FAILURE
-        return SpanExportResult.SUCCESS
+            return False
+        self.files_written += 1
+        self.spans_written += table.num_rows
+        return True
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return True  # every export() is already durable
+        with self._lock:
+            return self._commit()
 
     def shutdown(self) -> None:
-        self._shutdown = True
+        with self._lock:
+            self._commit()
+            self._shutdown = True
+
+
+# Every exporter alive in this process, for :class:`CommitOnFlush`.
+_exporters: weakref.WeakSet[ParquetSpanExporter] = weakref.WeakSet()
+
+class CommitOnFlush(SpanProcessor):
+    """Registered last on a provider: its ``force_flush`` commits what the Parquet
+    exporters hold, after the batch processors before it have handed over their spans.
+    (The SDK's batch processor does not pass ``force_flush`` on to its exporter.)"""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass  # each exporter commits in its own shutdown
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return all([exporter.force_flush(timeout_millis) for exporter in list(_exporters)])

@@ -18,6 +18,7 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
+from tracerl.instrumentation import deferred
 from tracerl.instrumentation.privacy import ContentPolicy, PolicedAttributes, police
 from tracerl.instrumentation.settings import Settings
 from tracerl.schemas import attributes as A
@@ -58,7 +59,16 @@ def llm_span_chain(span: Span) -> Iterator[Span]:
         span = _llm_spans.get(parent.span_id) if parent is not None else None
 
 
-def _resolve_agent_name() -> str | None:
+def agent_name(parent_context: Context | None = None) -> str | None:
+    """The (sub-)agent a span started now under ``parent_context`` belongs to: the parent
+    span's agent, else what a framework hook says is running (read from the current
+    execution context, so it must be asked on the thread that makes the call)."""
+    parent = trace.get_current_span(parent_context)
+    parent_attributes = getattr(parent, "attributes", None)
+    if parent_attributes:
+        name = parent_attributes.get(A.GEN_AI_AGENT_NAME)
+        if name:
+            return name
     for resolver in _agent_name_resolvers:
         name = resolver()
         if name:
@@ -90,25 +100,20 @@ class TracerlSpanProcessor(SpanProcessor):
             if value is not None and key not in current:
                 span.set_attribute(key, str(value))
         if A.GEN_AI_AGENT_NAME not in current:
-            name = self._inherited_agent_name(parent_context) or _resolve_agent_name()
+            name = agent_name(parent_context)
             if name:
                 span.set_attribute(A.GEN_AI_AGENT_NAME, name)
         if is_llm_span(span):
             _llm_spans[span.context.span_id] = span
 
-    @staticmethod
-    def _inherited_agent_name(parent_context: Context | None) -> str | None:
-        parent = trace.get_current_span(parent_context)
-        parent_attributes = getattr(parent, "attributes", None)
-        if not parent_attributes:
-            return None
-        return parent_attributes.get(A.GEN_AI_AGENT_NAME)
-
     def on_end(self, span: ReadableSpan) -> None:
         pass
 
+    # Runs first among the provider's processors (see ``setup.install_hooks``): the LLM-call
+    # spans still being finished off the calling thread must end before the exporting
+    # processors flush or shut down.
     def shutdown(self) -> None:
-        pass
+        deferred.drain()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return True
+        return deferred.drain(timeout_millis / 1000)

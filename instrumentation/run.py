@@ -42,6 +42,9 @@ def capture_env(
         env.setdefault("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
     else:
         env.setdefault("OTEL_TRACES_EXPORTER", "tracerl")
+    if env["OTEL_TRACES_EXPORTER"] == "tracerl":
+        # hand spans to the Parquet exporter often: it makes large files itself (parquet_exporter.py)
+        env.setdefault("OTEL_BSP_SCHEDULE_DELAY", str(S.PARQUET_HANDOVER_MS))
     # the distro defaults these to OTLP, which would retry against a collector nobody runs
     env.setdefault("OTEL_METRICS_EXPORTER", "none")
     env.setdefault("OTEL_LOGS_EXPORTER", "none")

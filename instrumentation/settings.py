@@ -27,6 +27,11 @@ AGENT_NAME_ENV = "TRACERL_AGENT_NAME"
 # (richer attributes, about 5 ms of CPU per sync call: measured in benchmarks/).
 LLM_SPANS_ENV = "TRACERL_LLM_SPANS"  # tracerl | openllmetry
 
+#: How often (ms) the batch span processor in front of tracerl's Parquet exporter hands
+#: spans over (``OTEL_BSP_SCHEDULE_DELAY``; the SDK's default is 5000): short, so span
+#: objects die young; the exporter makes its files large on its own.
+PARQUET_HANDOVER_MS = 200
+
 DEFAULT_DATA_DIR = "./tracerl-data"
 DEFAULT_MAX_CONTENT_CHARS = 100_000
 

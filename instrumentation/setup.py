@@ -21,10 +21,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from tracerl.instrumentation import frameworks, openai_hook
-from tracerl.instrumentation.parquet_exporter import ParquetSpanExporter
+from tracerl.instrumentation import deferred, frameworks, openai_hook
+from tracerl.instrumentation.parquet_exporter import CommitOnFlush, ParquetSpanExporter
 from tracerl.instrumentation.processor import TracerlSpanProcessor
-from tracerl.instrumentation.settings import CAPTURE_CONTENT_ENV, Settings, settings
+from tracerl.instrumentation.settings import CAPTURE_CONTENT_ENV, PARQUET_HANDOVER_MS, Settings, settings
 from tracerl.schemas import attributes as A
 
 logger = logging.getLogger(__name__)
@@ -43,7 +43,8 @@ def install_hooks(provider: Any) -> None:
         os.environ[_TRACELOOP_CONTENT_ENV] = "true" if current.capture_content else "false"
     if isinstance(provider, TracerProvider):
         if provider not in _hooked_providers:
-            provider.add_span_processor(TracerlSpanProcessor(current))
+            _add_first(provider, TracerlSpanProcessor(current))
+            provider.add_span_processor(CommitOnFlush())
             _hooked_providers.add(provider)
     else:
         logger.warning(
@@ -54,6 +55,32 @@ def install_hooks(provider: Any) -> None:
     openai_hook.install()
     frameworks.install()
     _propagate_process_episode(current)
+
+
+def _processor(exporter: SpanExporter | None, data_dir: str | os.PathLike | None) -> BatchSpanProcessor:
+    exporter = exporter or ParquetSpanExporter(data_dir)
+    if isinstance(exporter, ParquetSpanExporter):
+        return BatchSpanProcessor(exporter, schedule_delay_millis=PARQUET_HANDOVER_MS)
+    return BatchSpanProcessor(exporter)
+
+
+def _add_first(provider: TracerProvider, processor: TracerlSpanProcessor) -> None:
+    """Register ``processor`` ahead of the provider's other processors.
+
+    Its ``force_flush``/``shutdown`` finish the LLM-call spans deferred off the calling
+    thread, which must happen before the exporting processors flush. The SDK only appends
+    processors, so the order is set on its multi-processor's tuple; should that internal
+    ever change, deferral is switched off rather than risking spans ended after a flush.
+    """
+    multi = getattr(provider, "_active_span_processor", None)
+    processors = getattr(multi, "_span_processors", None)
+    lock = getattr(multi, "_lock", None)
+    if not isinstance(processors, tuple) or lock is None:
+        provider.add_span_processor(processor)
+        deferred.FINISHER.synchronous = True
+        return
+    with lock:
+        multi._span_processors = (processor, *multi._span_processors)
 
 
 def _propagate_process_episode(current: Settings) -> None:
@@ -87,11 +114,11 @@ def instrument(
     if not isinstance(provider, TracerProvider):
         attrs = {"service.name": service_name} if service_name else {}
         provider = TracerProvider(resource=Resource.create(attrs))
-        provider.add_span_processor(BatchSpanProcessor(exporter or ParquetSpanExporter(data_dir)))
+        provider.add_span_processor(_processor(exporter, data_dir))
         trace.set_tracer_provider(provider)
         provider = trace.get_tracer_provider()
     elif exporter is not None or data_dir is not None:
-        provider.add_span_processor(BatchSpanProcessor(exporter or ParquetSpanExporter(data_dir)))
+        provider.add_span_processor(_processor(exporter, data_dir))
     install_hooks(provider)
     if settings().llm_spans == "openllmetry":
         _instrument_openai()

@@ -318,9 +318,9 @@ def missing_reason(plan: Plan, tokens: Tokens | None) -> str | None:
     return None
 
 
-def record(spans: Iterable[Span], plan: Plan, tokens: Tokens | None, encoding: str) -> None:
-    """Count the call (with or without token ids) and put ``tokens`` on its ``spans``
-    (one per instrumentation layer that made a span for this call)."""
+def token_attributes(plan: Plan, tokens: Tokens | None, encoding: str) -> dict[str, Any]:
+    """The span attributes of a call's tokens (or of why it has none); counts the call in
+    :data:`STATS`."""
     reason = missing_reason(plan, tokens)
     STATS.add(reason)
     attributes: dict[str, Any] = {}
@@ -338,6 +338,13 @@ def record(spans: Iterable[Span], plan: Plan, tokens: Tokens | None, encoding: s
             attributes[A.POLICY_VERSION] = tokens.policy_version
     if reason is not None:
         attributes[A.TOKEN_IDS_MISSING] = reason
+    return attributes
+
+
+def record(spans: Iterable[Span], plan: Plan, tokens: Tokens | None, encoding: str) -> None:
+    """Count the call and put its token attributes on ``spans`` (one per instrumentation
+    layer that made a span for this call)."""
+    attributes = token_attributes(plan, tokens, encoding)
     for span in spans:
         if span.is_recording():
             span.set_attributes(attributes)

@@ -82,7 +82,7 @@ def to_json(value: Any) -> str | None:
     """JSON text of an attribute map (or list of events/links); ``None`` when empty."""
     if not value:
         return None
-    if type(value) is dict and all(type(v) in _ORJSON_EXACT for v in value.values()):
+    if type(value) is dict and all(_orjson_exact(v) for v in value.values()):
         try:
             return orjson.dumps(value).decode()
         except orjson.JSONEncodeError:  # a key that is not a str, an int beyond 64 bits
@@ -90,10 +90,21 @@ def to_json(value: Any) -> str | None:
     return _ENCODER.encode(value)
 
 
-# orjson writes exactly the stdlib encoder's text (below) for maps of these values, several
-# times faster; it formats floats differently (1e16 vs 1e+16, NaN) and cannot take bytes, so
-# maps holding anything else (nested values included) take the stdlib path.
+# orjson writes exactly the stdlib encoder's text (below) for these values, several times
+# faster. It formats some floats differently (1e16 vs 1e+16, 1e-5 vs 1e-05, NaN) and cannot
+# take bytes, so a map holding any of those (or nested maps) takes the stdlib path.
 _ORJSON_EXACT = frozenset((str, int, bool, type(None)))
+
+
+def _orjson_exact(value: Any) -> bool:
+    kind = type(value)
+    if kind in _ORJSON_EXACT:
+        return True
+    if kind is float:
+        return value == 0.0 or 1e-4 <= abs(value) < 1e16  # repr's plain-decimal range; False for NaN
+    if kind is tuple or kind is list:  # OTel homogeneous arrays, e.g. finish reasons
+        return all(type(item) in _ORJSON_EXACT for item in value)
+    return False
 
 
 # One encoder, made once: json.dumps with these options builds a new one on every call

@@ -34,13 +34,22 @@ def server(scripted: ScriptedServer) -> ScriptedServer:
     return scripted
 
 
+class FlushingMemoryExporter(InMemorySpanExporter):
+    """Finished spans as an exporter has them after a flush: tracerl finishes its LLM-call
+    spans off the calling thread, so a reader flushes the provider first, like exit does."""
+
+    def get_finished_spans(self):
+        trace.get_tracer_provider().force_flush()
+        return super().get_finished_spans()
+
+
 @pytest.fixture(scope="session")
 def _memory_exporter() -> InMemorySpanExporter:
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):
         trace.set_tracer_provider(TracerProvider())
         provider = trace.get_tracer_provider()
-    exporter = InMemorySpanExporter()
+    exporter = FlushingMemoryExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     S.settings.cache_clear()
     install_hooks(provider)
@@ -50,6 +59,7 @@ def _memory_exporter() -> InMemorySpanExporter:
 @pytest.fixture()
 def spans(_memory_exporter: InMemorySpanExporter) -> InMemorySpanExporter:
     """This process's finished spans (tracerl hooks installed), emptied per test."""
+    trace.get_tracer_provider().force_flush()  # earlier tests' spans still being finished
     _memory_exporter.clear()
     return _memory_exporter
 

@@ -148,3 +148,42 @@ def test_plain_int_arrays_on_request_land_in_the_same_columns(captured, server):
     assert done.returncode == 0, done.stderr
     (call,) = captured.llm_calls()
     assert call["completion_token_ids"] == server.calls[0].token_ids
+
+
+def test_the_span_is_finished_off_the_calling_thread_yet_records_the_call_as_it_was(spans, server, monkeypatch):
+    import json
+    import threading
+    import time
+
+    from tracerl.instrumentation import openai_hook
+
+    made_on = []
+    make_span = openai_hook._Capture._make_span
+
+    def watched(self, *args):
+        made_on.append(threading.current_thread().name)
+        return make_span(self, *args)
+
+    monkeypatch.setattr(openai_hook._Capture, "_make_span", watched)
+    client = openai.OpenAI(base_url=server.base_url, api_key="sk-x")
+    messages = [{"role": "user", "content": "What is 2+2?"}]
+    started = time.time_ns()
+    client.chat.completions.create(model="m", messages=messages)
+    returned = time.time_ns()
+    messages.append({"role": "assistant", "content": "4"})  # agents grow their history in place
+    messages[0]["content"] = "changed after the call"
+
+    (span,) = llm_spans(spans)
+    assert json.loads(span.attributes[A.GEN_AI_INPUT_MESSAGES]) == [{"role": "user", "content": "What is 2+2?"}]
+    assert started <= span.start_time <= span.end_time <= returned  # the call's own times, not the finisher's
+    assert made_on == ["tracerl-span-finisher"]
+    assert_tokens_match(span, server.calls[0])
+
+
+def test_suppressed_instrumentation_records_and_asks_nothing(spans, server):
+    from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+    client = openai.OpenAI(base_url=server.base_url, api_key="sk-x")
+    with suppress_instrumentation():
+        client.chat.completions.create(model="m", messages=MESSAGES)
+    assert "return_token_ids" not in server.calls[0].request and llm_spans(spans) == []

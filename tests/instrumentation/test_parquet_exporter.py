@@ -1,7 +1,9 @@
-"""The embedded sink: every exported batch is one readable, lossless Parquet file."""
+"""The embedded sink: spans become readable, lossless Parquet files, batched by rows and age,
+on disk after a flush."""
 
 from __future__ import annotations
 
+import time
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -47,6 +49,7 @@ def test_a_batch_becomes_one_file_with_hot_fields_promoted_and_nothing_lost(tmp_
 
     exporter = ParquetSpanExporter(tmp_path)
     assert exporter.export(finished_spans(build)) is SpanExportResult.SUCCESS
+    assert exporter.force_flush()
     (path,) = (tmp_path / "spans").glob("date=*/hour=*/*.parquet")
     table = pq.read_table(path)
     assert table.schema.equals(SPANS_SCHEMA, check_metadata=False)
@@ -70,6 +73,7 @@ def test_a_span_with_corrupt_tokens_is_rejected_and_the_rest_is_written(tmp_path
 
     exporter = ParquetSpanExporter(tmp_path)
     assert exporter.export(finished_spans(build)) is SpanExportResult.SUCCESS
+    exporter.shutdown()
     (path,) = (tmp_path / "spans").glob("**/*.parquet")
     assert [r["name"] for r in pq.read_table(path).to_pylist()] == ["good"]
     assert exporter.spans_rejected == 1 and "corrupt" in caplog.text and "'bad'" in caplog.text
@@ -86,6 +90,7 @@ def test_data_dir_comes_from_the_environment(tmp_path: Path, monkeypatch):
         monkeypatch.undo()
         settings.cache_clear()
     exporter.export(finished_spans(lambda t: t.start_span("x").end()))
+    exporter.force_flush()
     assert len(list((tmp_path / "from-env" / "spans").glob("**/*.parquet"))) == 1
 
 
@@ -93,8 +98,40 @@ def test_an_unwritable_folder_is_a_failure_with_a_message(tmp_path: Path, caplog
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     exporter = ParquetSpanExporter(blocker)
-    assert exporter.export(finished_spans(lambda t: t.start_span("x").end())) is SpanExportResult.FAILURE
-    assert "TRACERL_DATA_DIR" in caplog.text
+    exporter.export(finished_spans(lambda t: t.start_span("x").end()))
+    assert exporter.force_flush() is False
+    assert "could not write 1 spans" in caplog.text and "TRACERL_DATA_DIR" in caplog.text
+
+
+def test_spans_are_batched_into_files_by_rows_and_by_age(tmp_path: Path):
+    by_rows = ParquetSpanExporter(tmp_path / "rows", max_rows=3)
+    for _ in range(7):
+        by_rows.export(finished_spans(lambda t: t.start_span("x").end()))
+    assert by_rows.files_written == 2 and by_rows.spans_written == 6  # the 7th waits for more, or for age
+    by_rows.shutdown()
+    assert by_rows.spans_written == 7
+    assert sum(pq.read_metadata(p).num_rows for p in (tmp_path / "rows").glob("**/*.parquet")) == 7
+
+    by_age = ParquetSpanExporter(tmp_path / "age", max_delay_s=0.2)
+    by_age.export(finished_spans(lambda t: t.start_span("x").end()))
+    deadline = time.monotonic() + 10
+    while by_age.files_written == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert by_age.spans_written == 1  # committed by age alone, with no flush and no new spans
+
+
+def test_a_flushed_provider_has_its_spans_on_disk(tmp_path: Path):
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from tracerl.instrumentation.parquet_exporter import CommitOnFlush
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(ParquetSpanExporter(tmp_path), schedule_delay_millis=60_000))
+    provider.add_span_processor(CommitOnFlush())
+    provider.get_tracer("t").start_span("x").end()
+    assert provider.force_flush()
+    assert [r["name"] for r in pq.read_table(tmp_path / "spans").to_pylist()] == ["x"]
+    provider.shutdown()
 
 
 def test_after_shutdown_nothing_is_written_silently(tmp_path: Path, caplog):

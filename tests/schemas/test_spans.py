@@ -53,7 +53,8 @@ def test_to_json_is_the_stdlib_text_for_every_attribute_value(attributes):
 
 
 def test_to_json_falls_back_for_what_orjson_writes_differently():
-    for attributes in ({"big": 2**70}, {1: "int key"}, {"f": 1e16}, {"nan": float("nan")}, {"b": b"\x00"}):
+    for attributes in ({"big": 2**70}, {1: "int key"}, {"f": 1e16}, {"f": 1e-5}, {"nan": float("nan")},
+                       {"floats": (1e-5, 2.0)}, {"b": b"\x00"}):
         assert to_json(attributes) == json.dumps(
             attributes if "b" not in attributes else {"b": {"bytes_b64": "AA=="}}, separators=(",", ":"),
             ensure_ascii=False)

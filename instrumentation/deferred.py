@@ -1,0 +1,107 @@
+"""Finish LLM-call spans off the agent's calling thread.
+
+What an agent waits for on each LLM call should be the call, not its recording. The hook
+therefore does on the calling thread only what cannot wait (rewrite the request, strip
+the response before the SDK reads it, note the times, the parent context and the agent
+name), and hands the rest (the span's attributes, packing the token arrays, starting and
+ending the span, the span processors) to one background thread, in submission order: the
+same bargain OpenTelemetry's ``BatchSpanProcessor`` makes for exporting.
+
+The thread still needs the GIL, so what the agent saves is the recording's CPU on its
+own thread, not all contention (``benchmarks/capture_overhead.py`` reports both). Holding
+jobs back until the agent next blocks on the network was tried: on a machine whose cores
+the LLM server shares it was slower (the jobs then compete with the server instead).
+
+Nothing is lost to the deferral: :func:`drain` runs first in the tracer provider's
+``force_flush`` and ``shutdown`` (tracerl's processor is put first), and at interpreter
+exit. A backlog beyond :data:`MAX_BACKLOG` jobs runs on the calling thread instead of
+growing without bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+logger = logging.getLogger(__name__)
+
+MAX_BACKLOG = 10_000
+
+Job = Callable[[], None]
+
+
+class Finisher:
+    """One daemon thread running submitted jobs in order; :meth:`drain` waits for all."""
+
+    def __init__(self) -> None:
+        self._jobs: deque[Job] = deque()
+        self._cond = threading.Condition()
+        self._running = 0  # jobs taken off the queue and not finished yet
+        self._thread: threading.Thread | None = None
+        # Set when tracerl's processor could not be put first on the provider: then a flush
+        # could run before a deferred span ends, so jobs run on the calling thread instead.
+        self.synchronous = False
+
+    def submit(self, job: Job) -> None:
+        if self.synchronous:
+            _run(job)
+            return
+        with self._cond:
+            if len(self._jobs) < MAX_BACKLOG:
+                self._jobs.append(job)
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._work, name="tracerl-span-finisher", daemon=True)
+                    self._thread.start()
+                self._cond.notify_all()
+                return
+        _run(job)  # backpressure: the agent pays for its own call rather than memory growing
+
+    def drain(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every job submitted so far has run; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._jobs or self._running:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._jobs:
+                    self._cond.wait()
+                jobs, self._jobs = self._jobs, deque()
+                self._running = len(jobs)
+            for job in jobs:
+                _run(job)
+            with self._cond:
+                self._running = 0
+                self._cond.notify_all()
+
+    def _after_fork(self) -> None:
+        # the thread did not survive the fork, and jobs queued by the parent are the parent's to run
+        self._jobs.clear()
+        self._running = 0
+        self._thread = None
+        self._cond = threading.Condition()
+
+
+def _run(job: Job) -> None:
+    try:
+        job()
+    except Exception:  # a recording bug must never reach the agent, nor stop later spans
+        logger.exception("tracerl: finishing an LLM-call span failed")
+
+
+FINISHER = Finisher()
+submit = FINISHER.submit
+drain = FINISHER.drain
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=FINISHER._after_fork)
