@@ -74,11 +74,10 @@ def trace_table(request: ExportTraceServiceRequest, body: bytes | None = None) -
     """
     resources, scopes, spans = records(request, body)
     out = Converted()
-    spans, ids = _valid(spans, out)
-    if not ids:
+    spans, (trace_ids, span_ids, parent_ids) = _valid(spans, out)
+    if not trace_ids:
         return SPANS_SCHEMA.empty_table(), out
     (scope_index, _, _, _, names, kinds, starts, ends, codes, messages, attributes, events, links, *unpacked) = spans
-    trace_ids, span_ids, parent_ids = zip(*ids)
     columns: dict[str, Any] = {
         "trace_id": trace_ids, "span_id": span_ids, "parent_span_id": parent_ids, "name": names,
         "kind": _names(kinds, kind_name), "start_time_unix_nano": starts, "end_time_unix_nano": ends,
@@ -108,21 +107,26 @@ def trace_table(request: ExportTraceServiceRequest, body: bytes | None = None) -
     return pa.Table.from_arrays(arrays, schema=SPANS_SCHEMA), out
 
 
-def _valid(spans: tuple[list, ...], out: Converted) -> tuple[tuple[list, ...], list[tuple[str, str, str | None]]]:
-    """The spans with valid ids and token attributes (decoded in place), and their hex ids;
-    each other span is rejected alone, with the row path's message."""
+def _valid(spans: tuple[list, ...], out: Converted) -> tuple[tuple[list, ...], tuple[list, list, list]]:
+    """The spans with valid ids and token attributes (decoded in place), and their hex ids
+    (trace, span, parent); each other span is rejected alone, with the row path's message."""
     _, trace_ids, span_ids, parent_ids, names, _, _, _, _, _, attributes, *_ = spans
-    ids, rejected = [], set()
+    hex_trace, hex_span, hex_parent = [], [], []  # three lists, not a tuple per span kept alive for the GC to track
+    rejected = set()
     for i, a in enumerate(attributes):
         try:
             decode_tokens(a)
-            ids.append(hex_ids(trace_ids[i], span_ids[i], parent_ids[i]))
+            trace_id, span_id, parent_id = hex_ids(trace_ids[i], span_ids[i], parent_ids[i])
         except (TokenEncodingError, ValueError) as exc:
             reject_span(out, span_ids[i], names[i], exc)
             rejected.add(i)
+            continue
+        hex_trace.append(trace_id)
+        hex_span.append(span_id)
+        hex_parent.append(parent_id)
     if rejected:
         spans = tuple([v for i, v in enumerate(column) if i not in rejected] for column in spans)
-    return spans, ids
+    return spans, (hex_trace, hex_span, hex_parent)
 
 
 def _names(values: tuple[int, ...], name: Any) -> list[str]:

@@ -1,4 +1,9 @@
-"""OTLP/gRPC front end: the generated TraceService/LogsService servicers of opentelemetry-proto.
+"""OTLP/gRPC front end: ``TraceService/Export`` and ``LogsService/Export`` of opentelemetry-proto.
+
+The methods are registered with raw-bytes handlers (no request deserializer): the collector
+parses the body itself, like the HTTP front end, and hands the same bytes to the column
+builder (which reads them with the C wire decoder) and to the WAL, instead of having gRPC
+parse them and then re-serializing the message for the WAL.
 
 Overload is answered with ``RESOURCE_EXHAUSTED`` plus a ``RetryInfo`` detail (the OTLP
 specification's signal that retrying later will work; exporters honour the delay),
@@ -16,29 +21,37 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
-from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
+from tracerl.collector import otlp
 from tracerl.collector.service import LOGS, TRACES, Collector, Signal
 from tracerl.collector.sink import Overloaded
 
 log = logging.getLogger("tracerl.collector")
 
+_SERVICES = (
+    (trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"].full_name, TRACES),
+    (logs_service_pb2.DESCRIPTOR.services_by_name["LogsService"].full_name, LOGS),
+)
 
-def _export(collector: Collector, signal: Signal, request: Message, context: grpc.ServicerContext) -> Message:
+
+def _export(collector: Collector, signal: Signal, payload: bytes, context: grpc.ServicerContext) -> Message:
     token = collector.config.auth_token
     if token is not None:
         given = dict(context.invocation_metadata()).get("authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (metadata 'authorization')")
-    payload = request.SerializeToString()  # the WAL record
     reserved = 0
     try:
         collector.admission.acquire(len(payload))
         reserved = len(payload)
-        durable, response = collector.export(signal, request, payload)
+        request = otlp.parse_protobuf(payload, signal.table.request)
+        durable, response = collector.export(signal, request, payload)  # the received bytes go to the WAL
         durable.result()
         return response
+    except otlp.BadPayload as exc:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
     except Overloaded as exc:
         retry = error_details_pb2.RetryInfo(retry_delay=Duration(seconds=exc.retry_after_s))
         status = status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED, message=str(exc))
@@ -52,20 +65,14 @@ def _export(collector: Collector, signal: Signal, request: Message, context: grp
         collector.admission.release(reserved)
 
 
-class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, collector: Collector) -> None:
-        self.collector = collector
+def _handler(collector: Collector, service: str, signal: Signal) -> grpc.GenericRpcHandler:
+    """``service``/Export taking the request's bytes as received."""
 
-    def Export(self, request, context):  # noqa: N802 (generated name)
-        return _export(self.collector, TRACES, request, context)
+    def export(payload: bytes, context: grpc.ServicerContext) -> Message:
+        return _export(collector, signal, payload, context)
 
-
-class LogsService(logs_service_pb2_grpc.LogsServiceServicer):
-    def __init__(self, collector: Collector) -> None:
-        self.collector = collector
-
-    def Export(self, request, context):  # noqa: N802 (generated name)
-        return _export(self.collector, LOGS, request, context)
+    method = grpc.unary_unary_rpc_method_handler(export, response_serializer=lambda response: response.SerializeToString())
+    return grpc.method_handlers_generic_handler(service, {"Export": method})
 
 
 def create_server(
@@ -84,8 +91,7 @@ def create_server(
         options=[("grpc.max_receive_message_length", limit), ("grpc.so_reuseport", int(reuse_port))],
         maximum_concurrent_rpcs=max_workers * 4,  # beyond this: RESOURCE_EXHAUSTED, not a queue
     )
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(collector), server)
-    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(LogsService(collector), server)
+    server.add_generic_rpc_handlers([_handler(collector, service, signal) for service, signal in _SERVICES])
     if tls is None:
         port = server.add_insecure_port(address)
     else:

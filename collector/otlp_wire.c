@@ -13,8 +13,8 @@
  *     scopes:    [(resource index, name or None, version or None)]
  *     spans:     one list per column, one item per span: scope index, trace_id, span_id,
  *                parent_span_id (bytes), name, kind (int), start, end, status code (int),
- *                status message or None, attributes (dict), events, links (lists of dicts),
- *                then one column per entry of ``packed``.
+ *                status message or None, attributes (dict), events, links (lists of dicts,
+ *                () when none), then one column per entry of ``packed``.
  *     packed:    ((attribute key, prefix, item size), ...): token attributes that may come
  *                packed ("tokpack:i4:<base64>", schemas/tokens.py). A span's value of such a
  *                key that is a packed string in the form unpack() reads is returned as the
@@ -614,8 +614,9 @@ static int decode_span(Decoder *d, const uint8_t *p, const uint8_t *end, PyObjec
         }
     }
     if ((attributes = dict_or_empty(attributes)) == NULL) goto done;
-    if (events == NULL && (events = PyList_New(0)) == NULL) goto done;
-    if (links == NULL && (links = PyList_New(0)) == NULL) goto done;
+    /* none: the (shared) empty tuple, not a new list the garbage collector would track */
+    if (events == NULL && (events = PyTuple_New(0)) == NULL) goto done;
+    if (links == NULL && (links = PyTuple_New(0)) == NULL) goto done;
     /* enums are int32 on the wire: protobuf keeps the low 32 bits of the varint */
     /* the two values that can fail on their content (UTF-8) first: nothing runs with an error set */
     PyObject *name_str = make_str(d, name, name_size), *message_str = NULL;

@@ -67,3 +67,13 @@ def test_grpc_overload_is_resource_exhausted_with_retry_info(serve):
     assert status_pb2.Status.FromString(details).details[0].Unpack(retry)
     assert retry.retry_delay.seconds >= 1
     server.collector.admission.release(1)
+
+
+def test_grpc_bad_protobuf_is_invalid_argument_naming_the_problem(serve):
+    server = serve()
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        export = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+        with pytest.raises(grpc.RpcError) as caught:
+            export(b"\x0a\xff\x01 not protobuf", timeout=10)
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a valid ExportTraceServiceRequest" in caught.value.details()
