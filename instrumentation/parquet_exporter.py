@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
@@ -83,13 +82,14 @@ def readable_span_row(span: ReadableSpan, resource_json: str | None = None) -> d
 class ParquetSpanExporter(SpanExporter):
     """Spans to Parquet files of the spans table.
 
-    Spans are converted to Arrow the moment the span processor hands them over, and the
-    Arrow data is committed as one Parquet file per ``max_rows`` rows, when the oldest
-    row is ``max_delay_s`` old, on ``force_flush`` and on ``shutdown``. Converting early
-    lets the SDK's span objects die young: a span kept in a processor's queue for seconds
-    is promoted through the garbage collector's generations, and every full collection of
-    an agent's process (often 10^5 live objects) lands on some LLM call. Files stay large
-    because they no longer follow the processor's hand-over rhythm (``settings.PARQUET_HANDOVER_MS``).
+    Spans are converted to rows (one dict of strings and numpy arrays each) the moment the
+    span processor hands them over, and committed as one Parquet file per ``max_rows``
+    rows, when the oldest row is ``max_delay_s`` old, on ``force_flush`` and on
+    ``shutdown``. Converting early lets the SDK's span objects (a dozen garbage-collected
+    objects each) die young: a span kept in a processor's queue for seconds is promoted
+    through the collector's generations, and every full collection of an agent's process
+    (often 10^5 live objects) lands on some LLM call. Files stay large because they no
+    longer follow the processor's hand-over rhythm (``settings.PARQUET_HANDOVER_MS``).
     """
 
     def __init__(
@@ -100,8 +100,7 @@ class ParquetSpanExporter(SpanExporter):
         self.max_rows = max_rows
         self.max_delay_s = max_delay_s
         self._lock = threading.Lock()
-        self._pending: list[pa.Table] = []
-        self._pending_rows = 0
+        self._pending: list[dict[str, Any]] = []
         self._timer: threading.Timer | None = None
         self._shutdown = False
         self.files_written = 0
@@ -113,13 +112,12 @@ class ParquetSpanExporter(SpanExporter):
         if self._shutdown:
             logger.warning("tracerl: ParquetSpanExporter is shut down; %d spans not written", len(spans))
             return SpanExportResult.FAILURE
-        table = self._table(spans)
-        if table is None:
+        rows = self._rows(spans)
+        if not rows:
             return SpanExportResult.SUCCESS
         with self._lock:
-            self._pending.append(table)
-            self._pending_rows += table.num_rows
-            if self._pending_rows >= self.max_rows:
+            self._pending += rows
+            if len(self._pending) >= self.max_rows:
                 return SpanExportResult.SUCCESS if self._commit() else SpanExportResult.FAILURE
             if self._timer is None:
                 self._timer = threading.Timer(self.max_delay_s, self.force_flush)
@@ -127,7 +125,7 @@ class ParquetSpanExporter(SpanExporter):
                 self._timer.start()
         return SpanExportResult.SUCCESS
 
-    def _table(self, spans: Sequence[ReadableSpan]) -> pa.Table | None:
+    def _rows(self, spans: Sequence[ReadableSpan]) -> list[dict[str, Any]]:
         rows = []
         resources: dict[int, str | None] = {}  # id(resource) -> its JSON, for this batch
         for span in spans:
@@ -139,7 +137,7 @@ class ParquetSpanExporter(SpanExporter):
             except TokenEncodingError as exc:
                 self.spans_rejected += 1
                 logger.warning("tracerl: span not written, its token attributes are corrupt: %s", exc)
-        return spans_table(rows) if rows else None
+        return rows
 
     def _commit(self) -> bool:
         """Write what is pending as one file (lock held); on failure it is dropped, loudly."""
@@ -148,8 +146,8 @@ class ParquetSpanExporter(SpanExporter):
             self._timer = None
         if not self._pending:
             return True
-        table = pa.concat_tables(self._pending)
-        self._pending, self._pending_rows = [], 0
+        table = spans_table(self._pending)
+        self._pending = []
         try:
             write_parquet_atomic(table, self.spans_dir, prefix="spans", partition=hour_partition())
         except OSError as exc:
