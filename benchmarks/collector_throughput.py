@@ -12,7 +12,8 @@ made by the real OTel SDK and encoded by the OTLP exporter's own encoder):
 
 Closed loop: ``--clients`` connections each send the next request as soon as the previous
 one is acknowledged; a 429/503 reply is retried after its Retry-After. Only 200 replies
-count. Usage::
+count. The load generator shares the machine, so its own CPU is printed too (pre-encoded
+bodies over keep-alive connections: a few per cent of one core). Usage::
 
     python benchmarks/collector_throughput.py --duration 10 --agl /tmp/aglvenv/bin/agl
 """
@@ -54,6 +55,7 @@ class Result:
     latencies: list[float]
     refused: int = 0
     cpu_seconds: float = float("nan")  # of the receiving process(es) during the run
+    client_cpu_seconds: float = float("nan")  # of this process (the load generator) during the run
 
     @property
     def per_core(self) -> float:
@@ -63,6 +65,11 @@ class Result:
     @property
     def rate(self) -> float:
         return self.spans / self.seconds if self.seconds else 0.0
+
+    @property
+    def client_share(self) -> float:
+        """The load generator's CPU as a share of one core: it runs on the same machine."""
+        return self.client_cpu_seconds / self.seconds if self.seconds else float("nan")
 
     def pct(self, q: float) -> float:
         ordered = sorted(self.latencies)
@@ -92,6 +99,7 @@ def closed_loop(name: str, send: Callable[[int, int], float | None], batches: in
 
     ``receiver`` = (pid, with descendants) whose CPU time is measured over the run."""
     cpu_before = cpu_seconds(*receiver) if receiver else 0.0
+    client_before = time.process_time()
     latencies: list[list[float]] = [[] for _ in range(clients)]
     refused = [0] * clients
     stop = time.monotonic() + duration
@@ -117,7 +125,8 @@ def closed_loop(name: str, send: Callable[[int, int], float | None], batches: in
     elapsed = time.monotonic() - started
     flat = [x for per in latencies for x in per]
     cpu = cpu_seconds(*receiver) - cpu_before if receiver else float("nan")
-    return Result(name, len(flat) * batch, elapsed, flat, sum(refused), cpu)
+    client = time.process_time() - client_before if receiver and receiver[0] != os.getpid() else float("nan")
+    return Result(name, len(flat) * batch, elapsed, flat, sum(refused), cpu, client)
 
 
 def http_sender(port: int, clients: int, bodies: list[bytes]) -> Callable[[int, int], float | None]:
@@ -224,6 +233,7 @@ def main() -> None:
     args = parser.parse_args()
 
     results: list[Result] = []
+    load_before = os.getloadavg()[0]
     tmp = Path(tempfile.mkdtemp(prefix="collector-bench-"))
     resource = {}
     agl_proc = None
@@ -278,13 +288,15 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
     base = results[0].rate
-    print(f"load average after the run: {os.getloadavg()[0]:.1f} (other processes on these {os.cpu_count()} CPUs "
-          "slow everything; spans per receiver CPU-second is the contention-free figure)")
+    print(f"load average before / after the run: {load_before:.1f} / {os.getloadavg()[0]:.1f} (other processes on "
+          f"these {os.cpu_count()} CPUs slow everything; spans per receiver CPU-second is the contention-free figure)")
     print(f"\n{'target':44s} {'spans/s':>10s} {'vs tracerl HTTP':>16s} {'p50 ms':>8s} {'p99 ms':>8s} {'refused':>8s} "
-          f"{'spans/CPU-s':>12s}")
+          f"{'spans/CPU-s':>12s} {'client CPU':>11s}")
     for r in results:
+        client = "-" if r.client_cpu_seconds != r.client_cpu_seconds else f"{r.client_share:.0%}"
         print(f"{r.name:44s} {r.rate:10,.0f} {r.rate / base:15.2f}x {r.pct(0.5):8.1f} {r.pct(0.99):8.1f} {r.refused:8d} "
-              f"{r.per_core:12,.0f}")
+              f"{r.per_core:12,.0f} {client:>11s}")
+    print("(client CPU: the load generator in this process, as a share of one core)")
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ CONVERTER = (
 PACKED_TOKENS = tuple((key, f"{PACKED_PREFIX}{dtype}:", np.dtype(dtype).itemsize) for _, key, dtype in TOKEN_COLUMNS)
 
 
-def records(request: ExportTraceServiceRequest, body: bytes | None = None) -> tuple[list[dict], list[tuple], tuple[list, ...]]:
+def records(request: ExportTraceServiceRequest, body: bytes | None = None) -> tuple[list[dict], list[tuple], tuple[list, ...], list[int]]:
     """``trace_records(request)``, from ``body`` (the request's protobuf bytes) when possible."""
     if HAVE_WIRE_DECODER and body is not None:
         try:
@@ -72,12 +72,13 @@ def trace_table(request: ExportTraceServiceRequest, body: bytes | None = None) -
     valid span does not fit the schema (e.g. a uint64 time beyond int64); the caller then
     falls back to the row path, which finds and rejects that span alone.
     """
-    resources, scopes, spans = records(request, body)
+    resources, scopes, spans, check = records(request, body)
     out = Converted()
-    spans, (trace_ids, span_ids, parent_ids) = _valid(spans, out)
-    if not trace_ids:
+    spans = _valid(spans, check, out)
+    if not spans[0]:
         return SPANS_SCHEMA.empty_table(), out
-    (scope_index, _, _, _, names, kinds, starts, ends, codes, messages, attributes, events, links, *unpacked) = spans
+    (scope_index, trace_ids, span_ids, parent_ids, names, kinds, starts, ends, codes, messages, attributes, events, links,
+     *unpacked) = spans
     columns: dict[str, Any] = {
         "trace_id": trace_ids, "span_id": span_ids, "parent_span_id": parent_ids, "name": names,
         "kind": _names(kinds, kind_name), "start_time_unix_nano": starts, "end_time_unix_nano": ends,
@@ -107,26 +108,23 @@ def trace_table(request: ExportTraceServiceRequest, body: bytes | None = None) -
     return pa.Table.from_arrays(arrays, schema=SPANS_SCHEMA), out
 
 
-def _valid(spans: tuple[list, ...], out: Converted) -> tuple[tuple[list, ...], tuple[list, list, list]]:
-    """The spans with valid ids and token attributes (decoded in place), and their hex ids
-    (trace, span, parent); each other span is rejected alone, with the row path's message."""
+def _valid(spans: tuple[list, ...], check: list[int], out: Converted) -> tuple[list, ...]:
+    """The spans without those the row path rejects: for each span in ``check``, the ids go
+    through ``hex_ids`` and the token attributes through ``decode_tokens`` (in place); a span
+    either rejects is rejected alone, with the row path's message."""
     _, trace_ids, span_ids, parent_ids, names, _, _, _, _, _, attributes, *_ = spans
-    hex_trace, hex_span, hex_parent = [], [], []  # three lists, not a tuple per span kept alive for the GC to track
     rejected = set()
-    for i, a in enumerate(attributes):
+    for i in check:
         try:
-            decode_tokens(a)
-            trace_id, span_id, parent_id = hex_ids(trace_ids[i], span_ids[i], parent_ids[i])
+            decode_tokens(attributes[i])
+            trace_ids[i], span_ids[i], parent_ids[i] = hex_ids(
+                bytes.fromhex(trace_ids[i]), bytes.fromhex(span_ids[i]), bytes.fromhex(parent_ids[i] or ""))
         except (TokenEncodingError, ValueError) as exc:
             reject_span(out, span_ids[i], names[i], exc)
             rejected.add(i)
-            continue
-        hex_trace.append(trace_id)
-        hex_span.append(span_id)
-        hex_parent.append(parent_id)
     if rejected:
         spans = tuple([v for i, v in enumerate(column) if i not in rejected] for column in spans)
-    return spans, (hex_trace, hex_span, hex_parent)
+    return spans
 
 
 def _names(values: tuple[int, ...], name: Any) -> list[str]:

@@ -110,7 +110,7 @@ def trace_rows(request: ExportTraceServiceRequest) -> Converted:
         try:
             out.rows.append(_span_row(span, resource, encoded[1], scope.name or None, scope.version or None))
         except (TokenEncodingError, ValueError) as exc:
-            reject_span(out, span.span_id, span.name, exc)
+            reject_span(out, span.span_id.hex(), span.name, exc)
     return out
 
 
@@ -182,8 +182,9 @@ def _span_row(
     )
 
 
-def reject_span(out: Converted, span_id: bytes, name: str, exc: Exception) -> None:
-    out.reject(f"span {span_id.hex() or '?'} ({name[:64]!r}): {exc}")
+def reject_span(out: Converted, span_id: str, name: str, exc: Exception) -> None:
+    """Reject a span (``span_id`` in hex) with why, in the words of the row path."""
+    out.reject(f"span {span_id or '?'} ({name[:64]!r}): {exc}")
 
 
 # --- trace records: the values of a request, before promotion, JSON and Arrow -------------
@@ -195,20 +196,24 @@ SPAN_RECORD_COLUMNS = (
 )
 
 
-def trace_records(request: ExportTraceServiceRequest) -> tuple[list[dict], list[tuple], tuple[list, ...]]:
-    """(resources, scopes, spans) of a request: what the column builder needs, as plain values.
+def trace_records(request: ExportTraceServiceRequest) -> tuple[list[dict], list[tuple], tuple[list, ...], list[int]]:
+    """(resources, scopes, spans, check) of a request: what the column builder needs, as plain values.
 
     resources: :func:`key_values` of each resource; scopes: (resource index, name or None,
     version or None); spans: one list per column (:data:`SPAN_RECORD_COLUMNS`: scope index,
-    raw trace/span/parent ids, name, kind and status code as ints, status message or None,
-    attributes as :func:`key_values`, events and links as :func:`span_events` and
-    :func:`span_links` or ``()`` when none: most spans have none, and an empty list per span
-    made the garbage collector run twice as often), then one per ``TOKEN_COLUMNS`` entry: the token attributes' items
-    when a reader unpacked them itself (then they are not in the attributes), else None.
-    This reader leaves them all to ``decode_tokens``. The C extension ``_otlp_wire`` computes
-    the same from the protobuf bytes (``decode_trace_request``) several times faster and
-    unpacks packed token strings; this is the definition it is tested against, and the
-    fallback when it is missing or declines a body.
+    trace/span/parent ids in hex (parent None when empty), name, kind and status code as
+    ints, status message or None, attributes as :func:`key_values`, events and links as
+    :func:`span_events` and :func:`span_links` or ``()`` when none: most spans have none, and
+    an empty list per span made the garbage collector run twice as often), then one per
+    ``TOKEN_COLUMNS`` entry: the token attributes' items when a reader unpacked them itself
+    (then they are not in the attributes), else None; check: the indices of the spans that
+    :func:`hex_ids` and ``decode_tokens`` must still look at.
+
+    This reader leaves every token attribute to ``decode_tokens`` and every span to be
+    checked. The C extension ``_otlp_wire`` computes the same from the protobuf bytes
+    (``decode_trace_request``) several times faster, unpacks packed token strings, and lists
+    only the spans with unusual ids or token attributes left; this is the definition it is
+    tested against, and the fallback when it is missing or declines a body.
     """
     resources: list[dict] = []
     scopes: list[tuple] = []
@@ -222,12 +227,12 @@ def trace_records(request: ExportTraceServiceRequest) -> tuple[list[dict], list[
             for span in scoped.spans:
                 status = span.status
                 rows.append((
-                    scope_index, span.trace_id, span.span_id, span.parent_span_id, span.name, span.kind,
-                    span.start_time_unix_nano, span.end_time_unix_nano, status.code, status.message or None,
+                    scope_index, span.trace_id.hex(), span.span_id.hex(), span.parent_span_id.hex() or None, span.name,
+                    span.kind, span.start_time_unix_nano, span.end_time_unix_nano, status.code, status.message or None,
                     key_values(span.attributes), span_events(span) or (), span_links(span) or (),
                 ))
     spans = tuple(map(list, zip(*rows))) if rows else tuple([] for _ in SPAN_RECORD_COLUMNS)
-    return resources, scopes, spans + tuple([None] * len(rows) for _ in TOKEN_COLUMNS)
+    return resources, scopes, spans + tuple([None] * len(rows) for _ in TOKEN_COLUMNS), list(range(len(rows)))
 
 
 # --- logs ------------------------------------------------------------------------------

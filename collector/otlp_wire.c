@@ -8,13 +8,17 @@
  * Contract (tests/collector/test_otlp_wire.py checks it against the upb path,
  * tracerl.collector.otlp.trace_records, value for value):
  *
- *   decode_trace_request(body, packed) -> (resources, scopes, spans)
+ *   decode_trace_request(body, packed) -> (resources, scopes, spans, check)
  *     resources: [dict]                      key_values(resource_spans[i].resource.attributes)
  *     scopes:    [(resource index, name or None, version or None)]
- *     spans:     one list per column, one item per span: scope index, trace_id, span_id,
- *                parent_span_id (bytes), name, kind (int), start, end, status code (int),
- *                status message or None, attributes (dict), events, links (lists of dicts,
- *                () when none), then one column per entry of ``packed``.
+ *     spans:     one list per column, one item per span: scope index, trace_id, span_id (hex),
+ *                parent_span_id (hex, None when empty), name, kind (int), start, end,
+ *                status code (int), status message or None, attributes (dict), events,
+ *                links (lists of dicts, () when none), then one column per entry of ``packed``.
+ *     check:     indices of the spans whose ids are not plain (16 / 8 bytes, not all zero) or
+ *                whose attributes still hold a token attribute: the collector applies its
+ *                own rules (otlp.hex_ids, decode_tokens) to these; for the others they would
+ *                change nothing.
  *     packed:    ((attribute key, prefix, item size), ...): token attributes that may come
  *                packed ("tokpack:i4:<base64>", schemas/tokens.py). A span's value of such a
  *                key that is a packed string in the form unpack() reads is returned as the
@@ -53,6 +57,7 @@ enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
 
 /* A token attribute sent packed: "<prefix><base64 of little-endian items>" (schemas/tokens.py). */
 typedef struct {
+    PyObject *key_str; /* borrowed from the caller's argument */
     const char *key, *prefix;
     Py_ssize_t key_size, prefix_size, itemsize;
 } Packed;
@@ -65,6 +70,7 @@ typedef struct {
     Packed packed[MAX_PACKED];
     int n_packed;
     PyObject *spans[SPAN_FIELDS + MAX_PACKED]; /* the spans, column by column (lists) */
+    PyObject *check; /* indices of the spans the collector's own rules must look at */
 } Decoder;
 
 static signed char base64_values[256]; /* -1: not in the standard alphabet ('=' included) */
@@ -406,20 +412,26 @@ static PyObject *unpack(const Packed *packed, PyObject *value) {
     PyObject *out = PyBytes_FromStringAndSize(NULL, size);
     if (out == NULL) return NULL;
     uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
-    for (Py_ssize_t i = 0; i < n; i += 4) {
-        int a = base64_values[s[i]], b = base64_values[s[i + 1]];
-        int c = i + 4 == n && pad == 2 ? 0 : base64_values[s[i + 2]];
-        int e = i + 4 == n && pad ? 0 : base64_values[s[i + 3]];
-        if ((a | b | c | e) < 0) {
-            Py_DECREF(out);
-            return NULL;
-        }
+    Py_ssize_t full = pad ? n - 4 : n; /* whole quanta; a padded one last */
+    int bad = 0;
+    for (Py_ssize_t i = 0; i < full; i += 4, o += 3) {
+        int a = base64_values[s[i]], b = base64_values[s[i + 1]], c = base64_values[s[i + 2]], e = base64_values[s[i + 3]];
+        bad |= a | b | c | e; /* negative once any is not in the alphabet */
         uint32_t bits = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6 | (uint32_t)e;
-        Py_ssize_t left = size - (o - (uint8_t *)PyBytes_AS_STRING(out)); /* 3, or 1-2 in the padded quantum */
         o[0] = (uint8_t)(bits >> 16);
-        if (left > 1) o[1] = (uint8_t)(bits >> 8);
-        if (left > 2) o[2] = (uint8_t)bits;
-        o += left < 3 ? left : 3;
+        o[1] = (uint8_t)(bits >> 8);
+        o[2] = (uint8_t)bits;
+    }
+    if (pad) { /* "xx==" -> 1 byte, "xxx=" -> 2; the bits left over are ignored, as binascii does */
+        int a = base64_values[s[full]], b = base64_values[s[full + 1]], c = pad == 1 ? base64_values[s[full + 2]] : 0;
+        bad |= a | b | c;
+        uint32_t bits = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6;
+        o[0] = (uint8_t)(bits >> 16);
+        if (pad == 1) o[1] = (uint8_t)(bits >> 8);
+    }
+    if (bad < 0) {
+        Py_DECREF(out);
+        return NULL;
     }
     return out;
 }
@@ -549,6 +561,26 @@ static int append_decoded(Decoder *d, PyObject **list, const uint8_t *at, const 
 
 /* ---- Span ------------------------------------------------------------------------------ */
 
+/* An id that otlp.hex_ids accepts as it is: ``size`` bytes, not all zero. */
+static int plain_id(const uint8_t *p, Py_ssize_t n, Py_ssize_t size) {
+    if (n != size) return 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i]) return 1;
+    return 0;
+}
+
+/* Does the span need the collector's own rules (otlp.hex_ids, decode_tokens)? Yes when an
+ * id is not plain or a token attribute was left in the attributes. */
+static int needs_check(Decoder *d, const uint8_t *trace_id, Py_ssize_t trace_id_size, const uint8_t *span_id,
+                       Py_ssize_t span_id_size, PyObject *attributes) {
+    if (!plain_id(trace_id, trace_id_size, 16) || !plain_id(span_id, span_id_size, 8)) return 1;
+    for (int i = 0; i < d->n_packed; i++) {
+        int found = PyDict_Contains(attributes, d->packed[i].key_str);
+        if (found) return found; /* 1, or -1 on an error */
+    }
+    return 0;
+}
+
 /* Appends one span to Decoder.spans. */
 static int decode_span(Decoder *d, const uint8_t *p, const uint8_t *end, PyObject *scope_index) {
     const uint8_t *trace_id = p, *span_id = p, *parent = p, *name = p, *status = NULL, *status_end = NULL;
@@ -624,9 +656,26 @@ static int decode_span(Decoder *d, const uint8_t *p, const uint8_t *end, PyObjec
         Py_XDECREF(name_str);
         goto done;
     }
+    int check = needs_check(d, trace_id, trace_id_size, span_id, span_id_size, attributes);
+    if (check < 0) {
+        Py_DECREF(name_str);
+        Py_DECREF(message_str);
+        goto done;
+    }
+    if (check) {
+        PyObject *index = PyLong_FromSsize_t(PyList_GET_SIZE(d->spans[0]));
+        if (index == NULL || PyList_Append(d->check, index)) {
+            Py_XDECREF(index);
+            Py_DECREF(name_str);
+            Py_DECREF(message_str);
+            goto done;
+        }
+        Py_DECREF(index);
+    }
+    PyObject *parent_hex = parent_size ? make_hex(parent, parent_size) : (Py_INCREF(Py_None), Py_None);
     PyObject *items[SPAN_FIELDS + MAX_PACKED] = {
-        scope_index, make_bytes(trace_id, trace_id_size), make_bytes(span_id, span_id_size),
-        make_bytes(parent, parent_size), name_str, PyLong_FromLong((int32_t)(uint32_t)kind),
+        scope_index, make_hex(trace_id, trace_id_size), make_hex(span_id, span_id_size),
+        parent_hex, name_str, PyLong_FromLong((int32_t)(uint32_t)kind),
         PyLong_FromUnsignedLongLong(start), PyLong_FromUnsignedLongLong(stop),
         PyLong_FromLong((int32_t)(uint32_t)code), message_str, attributes, events, links,
     };
@@ -743,6 +792,7 @@ static int read_packed(Decoder *d, PyObject *packed) {
         Packed *p = &d->packed[i];
         PyObject *key, *prefix;
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(packed, i), "UUn", &key, &prefix, &p->itemsize)) return -1;
+        p->key_str = key;
         if ((p->key = PyUnicode_AsUTF8AndSize(key, &p->key_size)) == NULL ||
             (p->prefix = PyUnicode_AsUTF8AndSize(prefix, &p->prefix_size)) == NULL)
             return -1;
@@ -767,7 +817,8 @@ static PyObject *decode_trace_request(PyObject *module, PyObject *args) {
     int n_columns = SPAN_FIELDS + d->n_packed;
     for (int i = 0; i < n_columns; i++)
         if ((d->spans[i] = PyList_New(0)) == NULL) goto done;
-    if ((resources = PyList_New(0)) == NULL || (scopes = PyList_New(0)) == NULL) goto done;
+    if ((resources = PyList_New(0)) == NULL || (scopes = PyList_New(0)) == NULL || (d->check = PyList_New(0)) == NULL)
+        goto done;
     d->start = body.buf;
     const uint8_t *p = body.buf, *end = p + body.len;
     while (p < end) { /* ExportTraceServiceRequest { repeated ResourceSpans resource_spans = 1; } */
@@ -788,11 +839,12 @@ static PyObject *decode_trace_request(PyObject *module, PyObject *args) {
         PyTuple_SET_ITEM(spans, i, d->spans[i]);
         d->spans[i] = NULL;
     }
-    result = PyTuple_Pack(3, resources, scopes, spans);
+    result = PyTuple_Pack(4, resources, scopes, spans, d->check);
 done:
     if (d != NULL) {
         for (int i = 0; i < CACHE_SLOTS; i++) Py_XDECREF(d->cache[i]);
         for (int i = 0; i < SPAN_FIELDS + MAX_PACKED; i++) Py_XDECREF(d->spans[i]);
+        Py_XDECREF(d->check);
         PyMem_Free(d);
     }
     Py_XDECREF(resources);
@@ -804,7 +856,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"decode_trace_request", decode_trace_request, METH_VARARGS,
-     "decode_trace_request(body, packed) -> (resources, scopes, spans) of a protobuf ExportTraceServiceRequest.\n\n"
+     "decode_trace_request(body, packed) -> (resources, scopes, spans, check) of a protobuf ExportTraceServiceRequest.\n\n"
      "packed: ((attribute key, packed prefix, item size), ...) of token attributes to unpack.\n"
      "Raises ValueError for anything it does not reproduce exactly; see tracerl.collector.otlp.trace_records."},
     {NULL, NULL, 0, NULL},

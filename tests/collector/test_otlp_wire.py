@@ -36,12 +36,14 @@ def decode(body: bytes) -> tuple:
 
 def _assert_same_records(fast: tuple, reference: tuple) -> int:
     """The decoder's records equal protobuf's, but for packed token attributes it unpacked: those
-    are absent from its attributes and their bytes equal what ``decode_tokens`` makes of them.
-    Returns how many it unpacked."""
+    are absent from its attributes and their bytes equal what ``decode_tokens`` makes of them;
+    and it lists for checking only, but every, span the collector's rules could change.
+    Returns how many token attributes it unpacked."""
     n = len(otlp.SPAN_RECORD_COLUMNS)
-    (resources, scopes, spans), (ref_resources, ref_scopes, ref_spans) = fast, reference
+    (resources, scopes, spans, check), (ref_resources, ref_scopes, ref_spans, ref_check) = fast, reference
     assert repr((resources, scopes, spans[:10], spans[11:n])) == repr((ref_resources, ref_scopes, ref_spans[:10], ref_spans[11:n]))
     assert len(spans) == len(ref_spans) and all(v is None for column in ref_spans[n:] for v in column)
+    assert ref_check == list(range(len(ref_spans[0])))  # protobuf's reader leaves every span to the rules
     unpacked = 0
     for attributes, ref_attributes, *tokens in zip(spans[10], ref_spans[10], *spans[n:]):
         ref_attributes = dict(ref_attributes)
@@ -51,6 +53,14 @@ def _assert_same_records(fast: tuple, reference: tuple) -> int:
                 assert decode_array(ref_attributes.pop(key), dtype).tobytes() == raw
                 unpacked += 1
         assert repr(_by_position(attributes)) == repr(_by_position(ref_attributes))
+    assert check == sorted(set(check))
+    token_keys = {key for _, key, _ in TOKEN_COLUMNS}
+    for i, ids in enumerate(zip(spans[1], spans[2], spans[3])):
+        try:
+            unchanged = otlp.hex_ids(*(bytes.fromhex(h or "") for h in ids)) == ids
+        except ValueError:
+            unchanged = False
+        assert (i in check) == (not unchanged or bool(token_keys & spans[10][i].keys()))
     return unpacked
 
 
@@ -289,9 +299,9 @@ def test_values_protobuf_reads_its_own_way() -> None:
     body = request_with_span(span, resource=field(1, 2, field(1, 2, b"service.name") + field(2, 2, field(1, 2, b"r"))),
                              scope=field(1, 2, b"") + field(2, 2, b"v2") + field(3, 2, field(1, 2, b"not stored")))
     _assert_same(body)
-    resources, scopes, spans = decode(body)
+    resources, scopes, spans, check = decode(body)
     row = [column[0] for column in spans]
-    assert resources == [{"service.name": "r"}] and scopes == [(0, None, "v2")]
+    assert resources == [{"service.name": "r"}] and scopes == [(0, None, "v2")] and check == []
     assert row[4:10] == ["second", 3, 0, 0, 2, None]
     assert row[10] == {"switch": -5, "back": "text", "bool": True, "dup": b"", "other": None}
 
