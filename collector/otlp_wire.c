@@ -854,11 +854,55 @@ done:
     return result;
 }
 
+/* promote_columns(attributes, rules) -> [column values, ...]: schemas.spans.promote of every
+ * span, column by column. rules is PROMOTED_ATTRIBUTES, ((column, keys, cast), ...): for each
+ * span the value is cast(attributes[key]) for the first of keys present, else None. The rules
+ * and the casts stay in Python; this only saves the interpreter's loop over spans and keys. */
+static PyObject *promote_columns(PyObject *module, PyObject *args) {
+    PyObject *attributes, *rules, *spans = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "OO!", &attributes, &PyTuple_Type, &rules)) return NULL;
+    if ((spans = PySequence_Fast(attributes, "attributes must be a sequence of dicts")) == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(spans), n_rules = PyTuple_GET_SIZE(rules);
+    PyObject **items = PySequence_Fast_ITEMS(spans);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!PyDict_Check(items[i])) {
+            PyErr_SetString(PyExc_TypeError, "attributes must be a sequence of dicts");
+            goto done;
+        }
+    if ((result = PyList_New(n_rules)) == NULL) goto done;
+    for (Py_ssize_t r = 0; r < n_rules; r++) {
+        PyObject *column_name, *keys, *cast;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(rules, r), "OO!O", &column_name, &PyTuple_Type, &keys, &cast)) goto fail;
+        PyObject *column = PyList_New(n);
+        if (column == NULL) goto fail;
+        PyList_SET_ITEM(result, r, column);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *value = NULL;
+            for (Py_ssize_t k = 0; value == NULL && k < PyTuple_GET_SIZE(keys); k++) {
+                value = PyDict_GetItemWithError(items[i], PyTuple_GET_ITEM(keys, k)); /* borrowed */
+                if (value == NULL && PyErr_Occurred()) goto fail;
+            }
+            PyObject *cast_value = value != NULL ? PyObject_CallOneArg(cast, value) : (Py_INCREF(Py_None), Py_None);
+            if (cast_value == NULL) goto fail;
+            PyList_SET_ITEM(column, i, cast_value);
+        }
+    }
+    goto done;
+fail:
+    Py_CLEAR(result);
+done:
+    Py_DECREF(spans);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"decode_trace_request", decode_trace_request, METH_VARARGS,
      "decode_trace_request(body, packed) -> (resources, scopes, spans, check) of a protobuf ExportTraceServiceRequest.\n\n"
      "packed: ((attribute key, packed prefix, item size), ...) of token attributes to unpack.\n"
      "Raises ValueError for anything it does not reproduce exactly; see tracerl.collector.otlp.trace_records."},
+    {"promote_columns", promote_columns, METH_VARARGS,
+     "promote_columns(attributes, PROMOTED_ATTRIBUTES) -> [values of each promoted column]: "
+     "tracerl.schemas.spans.promote of every span, column by column."},
     {NULL, NULL, 0, NULL},
 };
 

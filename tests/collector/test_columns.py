@@ -15,7 +15,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from tracerl.collector import otlp
+from tracerl.collector import columns, otlp
 from tracerl.collector.columns import trace_table
 from tracerl.collector.loadgen import encode_batches, make_spans
 from tracerl.collector.service import TRACES
@@ -82,3 +82,11 @@ def test_value_the_schema_cannot_hold_falls_back_to_rejecting_that_span_alone() 
         table, converted = TRACES.table.build(request, given)
         assert table.column("name").to_pylist() == ["fine"]
         assert converted.rejected == 1 and "span 0303030303030303" in converted.message
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_without_the_c_extension_the_same_table(seed: int, random_request, monkeypatch) -> None:
+    """A machine without a C compiler installs without ``_otlp_wire``: protobuf objects and
+    ``promote`` per span then, the same stored values."""
+    monkeypatch.setattr(columns, "HAVE_WIRE_DECODER", False)
+    _assert_same(random_request(seed))

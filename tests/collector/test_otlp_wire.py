@@ -25,7 +25,7 @@ from tracerl.collector.columns import trace_table
 from tracerl.collector.loadgen import encode_batches, make_spans
 from tracerl.collector.service import TRACES
 from tracerl.schemas import attributes as A
-from tracerl.schemas.spans import TOKEN_COLUMNS
+from tracerl.schemas.spans import PROMOTED_ATTRIBUTES, TOKEN_COLUMNS, promote
 from tracerl.schemas.tokens import decode_array, pack_floats, pack_ids
 
 
@@ -176,6 +176,15 @@ def test_many_distinct_keys_and_values() -> None:
             key = "".join(rng.choice("abcdefgh") for _ in range(rng.randrange(1, 6)))
             span.attributes.add(key=key, value=AnyValue(string_value=f"{i * j % 37}"))
     _assert_same(request.SerializeToString())
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_promote_columns_is_promote_of_every_span(seed: int, random_request) -> None:
+    _, _, spans, _ = otlp.trace_records(random_request(seed))
+    attributes = spans[10]
+    columns_ = _otlp_wire.promote_columns(attributes, PROMOTED_ATTRIBUTES)
+    expected = [list(column) for column in zip(*(promote(a).values() for a in attributes))] or [[]] * len(columns_)
+    assert repr(columns_) == repr(expected)
 
 
 # --- packed token arrays: unpacked by the decoder exactly as decode_tokens does, or left to it ---
