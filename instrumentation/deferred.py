@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
-import time
-from collections import deque
 from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
@@ -35,12 +34,15 @@ Job = Callable[[], None]
 
 
 class Finisher:
-    """One daemon thread running submitted jobs in order; :meth:`drain` waits for all."""
+    """One daemon thread running submitted jobs in order; :meth:`drain` waits for all.
+
+    A ``queue.SimpleQueue`` (C, no Python-level lock) keeps :meth:`submit` to a put on
+    the agent's thread; :meth:`drain` queues a marker and waits for the worker to reach it.
+    """
 
     def __init__(self) -> None:
-        self._jobs: deque[Job] = deque()
-        self._cond = threading.Condition()
-        self._running = 0  # jobs taken off the queue and not finished yet
+        self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self._start_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         # Set when tracerl's processor could not be put first on the provider: then a flush
         # could run before a deferred span ends, so jobs run on the calling thread instead.
@@ -49,47 +51,37 @@ class Finisher:
     def submit(self, job: Job) -> None:
         if self.synchronous:
             _run(job)
-            return
-        with self._cond:
-            if len(self._jobs) < MAX_BACKLOG:
-                self._jobs.append(job)
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._work, name="tracerl-span-finisher", daemon=True)
-                    self._thread.start()
-                self._cond.notify_all()
-                return
-        _run(job)  # backpressure: the agent pays for its own call rather than memory growing
+        elif self._jobs.qsize() >= MAX_BACKLOG:
+            _run(job)  # backpressure: the agent pays for its own call rather than memory growing
+        else:
+            self._jobs.put(job)
+            if self._thread is None:
+                self._start()
 
     def drain(self, timeout_s: float = 30.0) -> bool:
         """Wait until every job submitted so far has run; False on timeout."""
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while self._jobs or self._running:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(left)
-        return True
+        if self._thread is None:
+            return True
+        reached = threading.Event()
+        self._jobs.put(reached.set)
+        return reached.wait(timeout_s)
+
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="tracerl-span-finisher", daemon=True)
+                self._thread.start()
 
     def _work(self) -> None:
+        jobs = self._jobs
         while True:
-            with self._cond:
-                while not self._jobs:
-                    self._cond.wait()
-                jobs, self._jobs = self._jobs, deque()
-                self._running = len(jobs)
-            for job in jobs:
-                _run(job)
-            with self._cond:
-                self._running = 0
-                self._cond.notify_all()
+            _run(jobs.get())
 
     def _after_fork(self) -> None:
         # the thread did not survive the fork, and jobs queued by the parent are the parent's to run
-        self._jobs.clear()
-        self._running = 0
+        self._jobs = queue.SimpleQueue()
+        self._start_lock = threading.Lock()
         self._thread = None
-        self._cond = threading.Condition()
 
 
 def _run(job: Job) -> None:

@@ -128,8 +128,13 @@ class _Capture:
         return None  # caller reads the body (sync or async)
 
     def whole_body(self, response: Any) -> Any:
+        raw, prompt_ids = response.content, None
+        if self.plan.strip_token_ids and self.plan.kind == "chat":
+            cut = tc.cut_prompt_ids(raw)
+            if cut is not None:
+                raw, prompt_ids = cut
         try:
-            body = orjson.loads(response.content)
+            body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             self.finish(None)
             return response
@@ -137,6 +142,8 @@ class _Capture:
             self.finish(None)
             return response
         tokens = tc.take_tokens(self.plan, body, response.headers)
+        if prompt_ids is not None:
+            tokens.prompt_ids = prompt_ids
         if self.plan.ask:
             content = orjson.dumps(body)  # the SDK parses its own copy: `body` stays ours
             response._content = content

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, It
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import orjson
 from opentelemetry.trace import Span
 
@@ -77,9 +78,9 @@ def plan_request(kind: str, body: Mapping[str, Any], ask: bool, reason: str | No
 class Tokens:
     """Exact tokens of one call (choice 0)."""
 
-    prompt_ids: list[int] | None = None
+    prompt_ids: list[int] | np.ndarray | IdsText | None = None
     completion_ids: list[int] | None = None
-    logprobs: list[float] | None = None
+    logprobs: list[float] | LogprobsJSON | None = None
     policy_version: int | None = None
 
 
@@ -112,6 +113,60 @@ def _strip_choice(plan: Plan, choice: dict) -> None:
         choice["logprobs"] = None
 
 
+_PROMPT_IDS_MEMBER = b'"' + A.VLLM_PROMPT_TOKEN_IDS_FIELD.encode() + b'":['
+_INT_ARRAY_BYTES = b"0123456789,- \t\r\n"
+
+
+@dataclass(frozen=True)
+class IdsText:
+    """An int array still in the JSON text it arrived as; parsed off the calling thread."""
+
+    text: bytes  # what is between the brackets
+
+    def array(self) -> np.ndarray:
+        """The ids as int32; ``ValueError``/``OverflowError`` unless each is an int32."""
+        if not self.text.strip():
+            return np.empty(0, dtype=np.int32)
+        return np.array(self.text.split(b","), dtype=np.int32)
+
+
+@dataclass(frozen=True)
+class LogprobsJSON:
+    """A choice's ``logprobs`` object as parsed; turned into floats off the calling thread."""
+
+    kind: str
+    value: Any
+
+    def floats(self) -> list[float] | None:
+        return _choice_logprobs(self.kind, self.value)
+
+
+def cut_prompt_ids(raw: bytes) -> tuple[bytes, IdsText] | None:
+    """``raw`` without its ``"prompt_token_ids":[...]`` member, and that array unparsed.
+
+    The prompt's ids are most of a vLLM answer's JSON; cutting them out before the body
+    is parsed on the agent's thread leaves their parsing to the span finisher. The member
+    is found as bytes: its opening ``"prompt_token_ids":[`` cannot occur inside a JSON
+    string (a quote there is escaped). Anything unusual (the name twice, not a plain int
+    array, no comma to take with it) returns ``None``, and the body is parsed whole.
+    """
+    start = raw.find(_PROMPT_IDS_MEMBER)
+    if start < 0 or raw.find(_PROMPT_IDS_MEMBER, start + 1) >= 0:
+        return None
+    first = start + len(_PROMPT_IDS_MEMBER)
+    end = raw.find(b"]", first)
+    if end < 0 or raw[first:end].translate(None, _INT_ARRAY_BYTES):
+        return None
+    before, after = raw[:start].rstrip(), raw[end + 1 :].lstrip()
+    if before.endswith(b","):
+        rest = before[:-1] + after
+    elif after.startswith(b","):
+        rest = before + after[1:]
+    else:
+        return None
+    return rest, IdsText(raw[first:end])
+
+
 def take_tokens(plan: Plan, body: dict, headers: Mapping[str, str] | None = None) -> Tokens:
     """Read the tokens of a whole (non-streamed) response and strip ``body`` in place."""
     tokens = Tokens(policy_version=_policy_version(body, headers))
@@ -121,7 +176,8 @@ def take_tokens(plan: Plan, body: dict, headers: Mapping[str, str] | None = None
     for choice in body.get("choices") or ():
         if choice.get("index", 0) == 0:
             tokens.completion_ids = choice.get(A.VLLM_CHOICE_TOKEN_IDS_FIELD)
-            tokens.logprobs = _choice_logprobs(plan.kind, choice.get("logprobs"))
+            logprobs = choice.get("logprobs")
+            tokens.logprobs = None if logprobs is None else LogprobsJSON(plan.kind, logprobs)
         _strip_choice(plan, choice)
     return tokens
 
@@ -321,13 +377,26 @@ def missing_reason(plan: Plan, tokens: Tokens | None) -> str | None:
 def token_attributes(plan: Plan, tokens: Tokens | None, encoding: str) -> dict[str, Any]:
     """The span attributes of a call's tokens (or of why it has none); counts the call in
     :data:`STATS`."""
+    if tokens is not None and isinstance(tokens.prompt_ids, IdsText):
+        try:
+            tokens.prompt_ids = tokens.prompt_ids.array()
+        except (ValueError, OverflowError):
+            tokens.prompt_ids = None  # counted and marked as a call without token ids
+    if tokens is not None and isinstance(tokens.logprobs, LogprobsJSON):
+        try:
+            tokens.logprobs = tokens.logprobs.floats()
+        except (KeyError, TypeError, ValueError):  # a server's malformed log-probs: recorded as absent
+            tokens.logprobs = None
     reason = missing_reason(plan, tokens)
     STATS.add(reason)
     attributes: dict[str, Any] = {}
     if tokens is not None:
         packed = encoding == "packed"
-        if tokens.prompt_ids is not None:
-            attributes[A.PROMPT_TOKEN_IDS] = pack_ids(tokens.prompt_ids) if packed else tokens.prompt_ids
+        ids = tokens.prompt_ids
+        if ids is not None:
+            if not packed and isinstance(ids, np.ndarray):
+                ids = ids.tolist()
+            attributes[A.PROMPT_TOKEN_IDS] = pack_ids(ids) if packed else ids
         if tokens.completion_ids is not None:
             ids = tokens.completion_ids
             attributes[A.COMPLETION_TOKEN_IDS] = pack_ids(ids) if packed else ids
