@@ -59,7 +59,7 @@ def main() -> None:
         encode = best_rate(lambda: encode_spans(spans).SerializeToString(), len(spans), args.repeat)
 
         def collect() -> None:
-            TRACES.table.build(ExportTraceServiceRequest.FromString(body))  # what the collector runs
+            TRACES.table.build(ExportTraceServiceRequest.FromString(body), body)  # what the collector runs
 
         collector = best_rate(collect, len(spans), args.repeat)
         rows = trace_rows(ExportTraceServiceRequest.FromString(body)).rows
