@@ -861,9 +861,10 @@ done:
 static PyObject *promote_columns(PyObject *module, PyObject *args) {
     PyObject *attributes, *rules, *spans = NULL, *result = NULL;
     if (!PyArg_ParseTuple(args, "OO!", &attributes, &PyTuple_Type, &rules)) return NULL;
-    if ((spans = PySequence_Fast(attributes, "attributes must be a sequence of dicts")) == NULL) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(spans), n_rules = PyTuple_GET_SIZE(rules);
-    PyObject **items = PySequence_Fast_ITEMS(spans);
+    /* a tuple of its own: the casts run Python code, which must not pull the items away */
+    if ((spans = PySequence_Tuple(attributes)) == NULL) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(spans), n_rules = PyTuple_GET_SIZE(rules);
+    PyObject **items = PySequence_Fast_ITEMS(spans); /* of a tuple: its item array */
     for (Py_ssize_t i = 0; i < n; i++)
         if (!PyDict_Check(items[i])) {
             PyErr_SetString(PyExc_TypeError, "attributes must be a sequence of dicts");
@@ -882,7 +883,15 @@ static PyObject *promote_columns(PyObject *module, PyObject *args) {
                 value = PyDict_GetItemWithError(items[i], PyTuple_GET_ITEM(keys, k)); /* borrowed */
                 if (value == NULL && PyErr_Occurred()) goto fail;
             }
-            PyObject *cast_value = value != NULL ? PyObject_CallOneArg(cast, value) : (Py_INCREF(Py_None), Py_None);
+            PyObject *cast_value;
+            if (value != NULL) {
+                Py_INCREF(value); /* borrowed from the dict, which the cast could change */
+                cast_value = PyObject_CallOneArg(cast, value);
+                Py_DECREF(value);
+            } else {
+                Py_INCREF(Py_None);
+                cast_value = Py_None;
+            }
             if (cast_value == NULL) goto fail;
             PyList_SET_ITEM(column, i, cast_value);
         }
