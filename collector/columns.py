@@ -3,14 +3,16 @@
 The collector's hot path. It stores exactly what ``spans_table(trace_rows(request).rows)``
 stores, but without a dict per span. Two steps:
 
-1. the request's values as plain Python objects (``records``): read straight from the
-   protobuf bytes by the C extension ``_otlp_wire`` when it is built and accepts the body,
-   else from the parsed message by :func:`tracerl.collector.otlp.trace_records`, the
-   definition the extension is tested against;
-2. one shared pass that validates ids and token arrays span by span (rejecting a bad span
-   alone, with the row path's message) and then builds every column at once: per-scope
-   values (service, scope, resource JSON) by index, promoted fields and JSON by list
-   comprehension, token arrays by one concatenation per column.
+1. the request's values as plain Python objects, column by column (``records``): read
+   straight from the protobuf bytes by the C extension ``_otlp_wire`` when it is built and
+   accepts the body (it also unpacks packed token arrays to bytes and lists the few spans
+   whose ids or token attributes need a closer look), else from the parsed message by
+   :func:`tracerl.collector.otlp.trace_records`, the definition the extension is tested
+   against (every span listed, every token attribute left to ``decode_tokens``);
+2. one shared pass: the listed spans go through ``hex_ids`` and ``decode_tokens`` (a bad
+   span is rejected alone, with the row path's message), then every column is built at
+   once: per-scope values (service, scope, resource JSON) by index, promoted fields by
+   ``PROMOTED_ATTRIBUTES``, JSON by ``to_json``, each token list column from one buffer.
 
 The promotion rules and the JSON encoding come from :mod:`tracerl.schemas.spans`
 (``PROMOTED_ATTRIBUTES``, ``TOKEN_COLUMNS``, ``decode_tokens``, ``to_json``), the per-field
@@ -55,7 +57,9 @@ CONVERTER = (
 PACKED_TOKENS = tuple((key, f"{PACKED_PREFIX}{dtype}:", np.dtype(dtype).itemsize) for _, key, dtype in TOKEN_COLUMNS)
 
 
-def records(request: ExportTraceServiceRequest, body: bytes | None = None) -> tuple[list[dict], list[tuple], tuple[list, ...], list[int]]:
+def records(
+    request: ExportTraceServiceRequest, body: bytes | None = None
+) -> tuple[list[dict], list[tuple], tuple[list, ...], list[int]]:
     """``trace_records(request)``, from ``body`` (the request's protobuf bytes) when possible."""
     if HAVE_WIRE_DECODER and body is not None:
         try:
@@ -128,7 +132,7 @@ def _valid(spans: tuple[list, ...], check: list[int], out: Converted) -> tuple[l
     return spans
 
 
-def _names(values: tuple[int, ...], name: Any) -> list[str]:
+def _names(values: list[int], name: Any) -> list[str]:
     """``name(v)`` for each value, computed once per distinct value (a request has a handful)."""
     names = {v: name(v) for v in set(values)}
     return [names[v] for v in values]
