@@ -115,6 +115,8 @@ def _strip_choice(plan: Plan, choice: dict) -> None:
 
 _PROMPT_IDS_MEMBER = b'"' + A.VLLM_PROMPT_TOKEN_IDS_FIELD.encode() + b'":['
 _INT_ARRAY_BYTES = b"0123456789,- \t\r\n"
+_JSON_SPACE = frozenset(b" \t\r\n")
+_COMMA = ord(",")
 
 
 @dataclass(frozen=True)
@@ -157,11 +159,16 @@ def cut_prompt_ids(raw: bytes) -> tuple[bytes, IdsText] | None:
     end = raw.find(b"]", first)
     if end < 0 or raw[first:end].translate(None, _INT_ARRAY_BYTES):
         return None
-    before, after = raw[:start].rstrip(), raw[end + 1 :].lstrip()
-    if before.endswith(b","):
-        rest = before[:-1] + after
-    elif after.startswith(b","):
-        rest = before + after[1:]
+    left = start - 1  # the comma to take with the member: before it, else after it
+    while left >= 0 and raw[left] in _JSON_SPACE:
+        left -= 1
+    right = end + 1
+    while right < len(raw) and raw[right] in _JSON_SPACE:
+        right += 1
+    if left >= 0 and raw[left] == _COMMA:
+        rest = raw[:left] + raw[end + 1 :]
+    elif right < len(raw) and raw[right] == _COMMA:
+        rest = raw[:start] + raw[right + 1 :]
     else:
         return None
     return rest, IdsText(raw[first:end])
