@@ -277,6 +277,7 @@ def main() -> None:
 
         results.append(closed_loop("(a) in-process ParquetSpanExporter", export_in_process, n, args.batch, 1, args.duration,
                                    (os.getpid(), False)))
+        exporter.shutdown()  # commits the rows it still holds (it writes a file per 8192 rows)
 
         if agl_proc is not None:
             closed_loop("warm-up", http_sender(agl_port, 1, bodies), n, args.batch, 1, 1.0)
