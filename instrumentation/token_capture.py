@@ -127,9 +127,7 @@ class IdsText:
 
     def array(self) -> np.ndarray:
         """The ids as int32; ``ValueError``/``OverflowError`` unless each is an int32."""
-        if not self.text.strip():
-            return np.empty(0, dtype=np.int32)
-        return np.array(self.text.split(b","), dtype=np.int32)
+        return np.array(orjson.loads(b"[" + self.text + b"]"), dtype=np.int32)  # strict, 2x a split
 
 
 @dataclass(frozen=True)
