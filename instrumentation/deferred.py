@@ -60,8 +60,8 @@ class Finisher:
 
     def drain(self, timeout_s: float = 30.0) -> bool:
         """Wait until every job submitted so far has run; False on timeout."""
-        if self._thread is None:
-            return True
+        if self._thread is None or threading.current_thread() is self._thread:
+            return True  # nothing started; or a job flushing the provider, which must not wait for itself
         reached = threading.Event()
         self._jobs.put(reached.set)
         return reached.wait(timeout_s)
