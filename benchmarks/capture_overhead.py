@@ -11,7 +11,9 @@ machine (other processes, CPU frequency, caches) largely cancels. Figures per ca
   agent waits for on top of the call;
 * added in background threads: the rest of the process's CPU over the run (tracerl's
   span finisher, the span export to Parquet), charged to the captured calls;
-* added CPU in all: the sum; what capture costs the machine;
+* added CPU in all: the whole process's CPU per pair of calls minus the same figure with
+  no instrumentation (across processes, so noisier, but it also holds what the pairing
+  cannot see: garbage collections that captured calls cause and uncaptured ones run);
 * wall: median per call, and the median captured-minus-uncaptured difference.
 
 "OpenLLMetry alone" exports to the same Parquet sink as tracerl, so the difference
@@ -110,6 +112,7 @@ def child(config: str, url: str, calls: int, warmup: int) -> None:
         "wall_off_us": statistics.median(w for w, _ in off) / 1e3,
         # every other thread of the process (span finishing, export), charged to the captured calls
         "background_us": (process_ns - calling_ns) / calls / 1e3,
+        "pair_cpu_us": process_ns / calls / 1e3,  # the whole process per captured + uncaptured pair
         "threads_us": {name: ns / calls / 1e3 for name, ns in threads_ns.items() if ns},
     }))
 
@@ -168,7 +171,7 @@ def main() -> None:
                 row = results[config]
                 row["path"].append(path)
                 row["background"].append(m["background_us"])
-                row["total"].append(path + m["background_us"])
+                row["total"].append(m["pair_cpu_us"])
                 row["wall"].append(m["wall_us"])
                 row["wall_added"].append(m["wall_us"] - m["wall_off_us"])
                 row["call_cpu"].append(m["call_cpu_us"])
@@ -177,6 +180,9 @@ def main() -> None:
                 progress.advance(task)
 
     med = {c: {k: statistics.median(v) for k, v in results[c].items()} for c in CONFIGS}
+    base = med["none"]["total"]
+    for config in CONFIGS:  # whole-process CPU per pair, against the same pairs with nothing installed
+        med[config]["total"] -= base
     call_us = args.latency_ms * 1e3
     table = Table(title=f"Capture cost per LLM call, {args.latency_ms:g} ms server "
                         f"(median of {args.rounds} rounds x {args.calls} paired calls)")
