@@ -113,10 +113,16 @@ class Settings:
             return f"token capture switched off ({TOKEN_CAPTURE_ENV}=off)"
         if self.token_capture == "on":
             return None
-        host = host.lower()
-        if any(host == s.lstrip(".") or host.endswith(s) for s in HOSTED_API_SUFFIXES):
-            return f"hosted API {host} cannot return token ids"
+        if _is_hosted_api(host):
+            return f"hosted API {host.lower()} cannot return token ids"
         return None
+
+
+@functools.lru_cache(maxsize=256)
+def _is_hosted_api(host: str) -> bool:
+    """Asked on every LLM call of the agent's thread, for the few hosts an agent calls."""
+    host = host.lower()
+    return any(host == s.lstrip(".") or host.endswith(s) for s in HOSTED_API_SUFFIXES)
 
 
 @functools.lru_cache(maxsize=1)
