@@ -172,7 +172,11 @@ class _Capture:
         """tracerl's span of this call, made whole in one go (on the finisher thread)."""
         current = settings()
         kind = self.plan.kind
-        attributes = llm_span.request_attributes(kind, orjson.loads(self.request_body), current.capture_content)
+        try:
+            request = orjson.loads(self.request_body)
+        except orjson.JSONDecodeError:  # the SDK sent what orjson refuses (a NaN parameter): describe less
+            request = {"model": self.model}
+        attributes = llm_span.request_attributes(kind, request, current.capture_content)
         if self.agent:
             attributes[A.GEN_AI_AGENT_NAME] = self.agent
         if not error:

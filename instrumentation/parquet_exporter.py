@@ -175,6 +175,19 @@ class ParquetSpanExporter(SpanExporter):
 # Every exporter alive in this process, for :class:`CommitOnFlush`.
 _exporters: weakref.WeakSet[ParquetSpanExporter] = weakref.WeakSet()
 
+def _forget_parent_rows() -> None:
+    # A forked child (multiprocessing workers) starts with a copy of the parent's pending
+    # rows; the parent writes them, so the child must not write them a second time.
+    for exporter in list(_exporters):
+        exporter._lock = threading.Lock()
+        exporter._pending = []
+        exporter._timer = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_parent_rows)
+
+
 class CommitOnFlush(SpanProcessor):
     """Registered last on a provider: its ``force_flush`` commits what the Parquet
     exporters hold, after the batch processors before it have handed over their spans.

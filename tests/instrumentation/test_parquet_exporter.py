@@ -139,3 +139,18 @@ def test_after_shutdown_nothing_is_written_silently(tmp_path: Path, caplog):
     exporter.shutdown()
     assert exporter.export(finished_spans(lambda t: t.start_span("x").end())) is SpanExportResult.FAILURE
     assert "shut down" in caplog.text
+
+
+def test_a_forked_child_does_not_write_the_parents_pending_rows_again(tmp_path: Path):
+    import os
+
+    exporter = ParquetSpanExporter(tmp_path)
+    exporter.export(finished_spans(lambda t: t.start_span("parent's").end()))
+    pid = os.fork()
+    if pid == 0:  # the child commits what it holds and leaves at once
+        exporter.shutdown()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    exporter.shutdown()
+    names = [r["name"] for p in (tmp_path / "spans").glob("**/*.parquet") for r in pq.read_table(p).to_pylist()]
+    assert names == ["parent's"]
