@@ -58,9 +58,11 @@ def child(config: str, url: str, calls: int, warmup: int) -> None:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
         from tracerl.instrumentation.parquet_exporter import ParquetSpanExporter
+        from tracerl.instrumentation.settings import PARQUET_HANDOVER_MS
 
         provider = TracerProvider()
-        provider.add_span_processor(BatchSpanProcessor(ParquetSpanExporter(data_dir), schedule_delay_millis=200))
+        # the same hand-over as tracerl's own Parquet pipeline, so the two differ only by their hooks
+        provider.add_span_processor(BatchSpanProcessor(ParquetSpanExporter(data_dir), schedule_delay_millis=PARQUET_HANDOVER_MS))
         trace.set_tracer_provider(provider)
         OpenAIInstrumentor().instrument()
     elif config == "tracerl":
