@@ -14,7 +14,9 @@ machine (other processes, CPU frequency, caches) largely cancels. Figures per ca
 * added CPU in all: the whole process's CPU per pair of calls minus the same figure with
   no instrumentation (across processes, so noisier, but it also holds what the pairing
   cannot see: garbage collections that captured calls cause and uncaptured ones run);
-* wall: median per call, and the median captured-minus-uncaptured difference.
+* wall: median per call, and the median captured-minus-uncaptured difference; and of that
+  difference, the server's own part (its ``Server-Timing``): asking for token ids and
+  log-probs makes the server return more, which is the server's cost, not the client's.
 
 "OpenLLMetry alone" exports to the same Parquet sink as tracerl, so the difference
 between them is exactly what each does per call. "no instrumentation" runs the same
@@ -75,14 +77,16 @@ def child(config: str, url: str, calls: int, warmup: int) -> None:
     messages = [{"role": "system", "content": PROMPT}, {"role": "user", "content": "6*7?"},
                 {"role": "assistant", "content": "Let me compute."}, {"role": "user", "content": "go"}]
 
-    def one() -> tuple[int, int]:
+    def one() -> tuple[int, int, float]:
         start_wall, start_cpu = time.perf_counter_ns(), time.thread_time_ns()
-        reply = client.chat.completions.create(model="m", messages=messages, tools=TOOLS, max_tokens=64)
+        raw = client.chat.completions.with_raw_response.create(model="m", messages=messages, tools=TOOLS, max_tokens=64)
+        reply = raw.parse()
         taken = time.perf_counter_ns() - start_wall, time.thread_time_ns() - start_cpu
         assert reply.choices[0].message.tool_calls  # the agent sees a normal answer
-        return taken
+        # the server's own time (Server-Timing): returning tokens and log-probs costs it too
+        return (*taken, float(raw.headers["server-timing"].partition("dur=")[2]) * 1e3)
 
-    def one_off() -> tuple[int, int]:
+    def one_off() -> tuple[int, int, float]:
         with suppress_instrumentation():
             return one()
 
@@ -91,8 +95,8 @@ def child(config: str, url: str, calls: int, warmup: int) -> None:
         one_off()
     if provider is not None:
         provider.force_flush()  # first export (Parquet writer set-up) outside the timing
-    on: list[tuple[int, int]] = []
-    off: list[tuple[int, int]] = []
+    on: list[tuple[int, int, float]] = []
+    off: list[tuple[int, int, float]] = []
     threads_start = thread_cpu_ns()
     cpu_start = time.process_time_ns()
     for i in range(calls):
@@ -106,12 +110,13 @@ def child(config: str, url: str, calls: int, warmup: int) -> None:
         provider.force_flush()  # the export of the timed spans is part of the cost
     threads_ns = {name: ns - threads_start.get(name, 0) for name, ns in thread_cpu_ns().items()}
     process_ns = time.process_time_ns() - cpu_start
-    calling_ns = sum(c for _, c in on) + sum(c for _, c in off)
+    calling_ns = sum(c for _, c, _ in on) + sum(c for _, c, _ in off)
     print(json.dumps({
-        "call_cpu_us": statistics.fmean(c for _, c in on) / 1e3,
-        "call_cpu_off_us": statistics.fmean(c for _, c in off) / 1e3,
-        "wall_us": statistics.median(w for w, _ in on) / 1e3,
-        "wall_off_us": statistics.median(w for w, _ in off) / 1e3,
+        "call_cpu_us": statistics.fmean(c for _, c, _ in on) / 1e3,
+        "call_cpu_off_us": statistics.fmean(c for _, c, _ in off) / 1e3,
+        "wall_us": statistics.median(w for w, _, _ in on) / 1e3,
+        "wall_off_us": statistics.median(w for w, _, _ in off) / 1e3,
+        "server_added_us": statistics.median(s for _, _, s in on) - statistics.median(s for _, _, s in off),
         # every other thread of the process (span finishing, export), charged to the captured calls
         "background_us": (process_ns - calling_ns) / calls / 1e3,
         "pair_cpu_us": process_ns / calls / 1e3,  # the whole process per captured + uncaptured pair
@@ -161,7 +166,7 @@ def main() -> None:
 
     from tracerl.instrumentation.scripted_server import running_scripted_server
 
-    keys = ("path", "background", "total", "wall", "wall_added", "call_cpu")
+    keys = ("path", "background", "total", "wall", "wall_added", "server_added", "call_cpu")
     results: dict[str, dict[str, list[float]]] = {c: {k: [] for k in keys} for c in CONFIGS}
     threads: dict[str, dict[str, list[float]]] = {}
     with running_scripted_server(latency_s=args.latency_ms / 1e3) as server, Progress() as progress:
@@ -176,6 +181,7 @@ def main() -> None:
                 row["total"].append(m["pair_cpu_us"])
                 row["wall"].append(m["wall_us"])
                 row["wall_added"].append(m["wall_us"] - m["wall_off_us"])
+                row["server_added"].append(m["server_added_us"])
                 row["call_cpu"].append(m["call_cpu_us"])
                 for name, us in m["threads_us"].items():
                     threads.setdefault(config, {}).setdefault(name, []).append(us)
@@ -189,7 +195,7 @@ def main() -> None:
     table = Table(title=f"Capture cost per LLM call, {args.latency_ms:g} ms server "
                         f"(median of {args.rounds} rounds x {args.calls} paired calls)")
     columns = ("configuration", "calling-thread CPU/call", "added on the call's path", "added in background threads",
-               "added CPU in all", "% of a call", "wall/call", "added wall (median)")
+               "added CPU in all", "% of a call", "wall/call", "added wall (median)", "of which the server's")
     for column in columns:
         table.add_column(column, justify="right")
     names = {"none": "no instrumentation (noise floor)", "openllmetry": "OpenLLMetry alone", "tracerl": "tracerl"}
@@ -198,6 +204,7 @@ def main() -> None:
         table.add_row(
             names[config], f"{r['call_cpu']:.0f} us", f"{r['path']:+.0f} us", f"{r['background']:+.0f} us",
             f"{r['total']:+.0f} us", f"{100 * r['total'] / call_us:.1f} %", f"{r['wall']:.0f} us", f"{r['wall_added']:+.0f} us",
+            f"{r['server_added']:+.0f} us",
         )
     Console(width=200).print(table)
     for config, by_name in threads.items():

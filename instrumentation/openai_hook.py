@@ -85,7 +85,8 @@ def _tracer() -> trace.Tracer:
     return trace.get_tracer("tracerl")
 
 
-Describe = Callable[[], "dict[str, Any]"]
+# Reads what a call returned, on the finisher thread: its tokens and its response attributes.
+Read = Callable[[], "tuple[tc.Tokens | None, dict[str, Any]]"]
 
 
 class _Capture:
@@ -96,7 +97,9 @@ class _Capture:
     tracerl's own, and all of its making is deferred off the calling thread
     (:mod:`tracerl.instrumentation.deferred`): here only the times, the parent context, the
     agent name (asked of the framework hooks, which read the calling thread's context) and
-    the request's bytes (immutable, unlike the agent's message list) are kept.
+    the request's and response's bytes are kept. Bytes, not parsed JSON: they are immutable
+    (unlike the agent's message list), and a job holding no containers adds nothing to the
+    garbage collector's work while it waits.
     """
 
     def __init__(self, request: Any) -> None:
@@ -115,11 +118,11 @@ class _Capture:
 
     def response(self, response: Any) -> Any:
         if response.status_code >= 400:
-            self.finish(None, error=True)
+            self.finish(error=True)
             return response
         if self.plan.stream and response.headers.get("content-type", "").startswith("text/event-stream"):
             if response.headers.get("content-encoding", "identity") != "identity":
-                self.finish(None)
+                self.finish()
                 return response
             self.stream_tokens = tc.StreamTokens(self.plan, response.headers)
             self.rewriter = tc.SSERewriter(self.stream_tokens, self.finish_stream)
@@ -128,47 +131,52 @@ class _Capture:
         return None  # caller reads the body (sync or async)
 
     def whole_body(self, response: Any) -> Any:
-        raw, prompt_ids = response.content, None
-        if self.plan.strip_token_ids and self.plan.kind == "chat":
-            cut = tc.cut_prompt_ids(raw)
-            if cut is not None:
-                raw, prompt_ids = cut
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            self.finish(None)
-            return response
-        if not isinstance(body, dict):
-            self.finish(None)
-            return response
-        tokens = tc.take_tokens(self.plan, body, response.headers)
-        if prompt_ids is not None:
-            tokens.prompt_ids = prompt_ids
+        """Give the SDK the body it would have had; keep the original's bytes for the span.
+
+        On this thread the added fields are only cut out, unparsed
+        (:func:`~tracerl.instrumentation.token_capture.stripped_body`); reading the tokens
+        and describing the answer happen on the finisher, from the original bytes.
+        """
+        raw = response.content
         if self.plan.ask:
-            content = orjson.dumps(body)  # the SDK parses its own copy: `body` stays ours
+            content = tc.stripped_body(self.plan, raw)
+            if content is None:  # not an OpenAI answer: the agent gets it as it came
+                self.finish()
+                return response
             response._content = content
             response.headers["content-length"] = str(len(content))
-        kind = self.plan.kind
-        self.finish(tokens, describe=lambda: llm_span.response_attributes(kind, body, settings().capture_content))
+        version = response.headers.get(A.POLICY_VERSION_HEADER)
+        self.finish(lambda: self._read_whole(raw, version))
         return response
+
+    def _read_whole(self, raw: bytes, version: str | None) -> tuple[tc.Tokens | None, dict[str, Any]]:
+        try:
+            answer = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None, {}
+        if not isinstance(answer, dict):
+            return None, {}
+        tokens = tc.take_tokens(self.plan, answer, {A.POLICY_VERSION_HEADER: version} if version else None)
+        return tokens, llm_span.response_attributes(self.plan.kind, answer, settings().capture_content)
 
     def finish_stream(self) -> None:
         """Record what the stream carried so far (at ``[DONE]``, its end, or its close)."""
         stream = self.stream_tokens
-        self.finish(stream.result(), describe=lambda: llm_span.stream_attributes(stream, settings().capture_content))
+        self.finish(lambda: (stream.result(), llm_span.stream_attributes(stream, settings().capture_content)))
 
-    def finish(self, tokens: tc.Tokens | None, error: bool = False, describe: Describe | None = None) -> None:
+    def finish(self, read: Read | None = None, error: bool = False) -> None:
         if self._finished:
             return
         self._finished = True
         if self.span is not None:
             if not error:
+                tokens = read()[0] if read is not None else None
                 tc.record(llm_span_chain(self.span), self.plan, tokens, settings().token_encoding)
             return
         end_ns = time.time_ns()
-        deferred.submit(lambda: self._make_span(tokens, error, describe, end_ns))
+        deferred.submit(lambda: self._make_span(read, error, end_ns))
 
-    def _make_span(self, tokens: tc.Tokens | None, error: bool, describe: Describe | None, end_ns: int) -> None:
+    def _make_span(self, read: Read | None, error: bool, end_ns: int) -> None:
         """tracerl's span of this call, made whole in one go (on the finisher thread)."""
         current = settings()
         kind = self.plan.kind
@@ -180,8 +188,8 @@ class _Capture:
         if self.agent:
             attributes[A.GEN_AI_AGENT_NAME] = self.agent
         if not error:
-            if describe is not None:
-                attributes.update(describe())
+            tokens, described = read() if read is not None else (None, {})
+            attributes.update(described)
             attributes.update(tc.token_attributes(self.plan, tokens, current.token_encoding))
         name = f"{llm_span.operation(kind)} {self.model}" if self.model else llm_span.operation(kind)
         span = _tracer().start_span(
@@ -249,7 +257,7 @@ def _send_request(wrapped, instance, args, kwargs):
     try:
         response = wrapped(*args, **kwargs)
     except BaseException:
-        capture.finish(None, error=True)
+        capture.finish(error=True)
         raise
     handled = capture.response(response)
     if handled is not None:
@@ -266,7 +274,7 @@ async def _send_request_async(wrapped, instance, args, kwargs):
     try:
         response = await wrapped(*args, **kwargs)
     except BaseException:
-        capture.finish(None, error=True)
+        capture.finish(error=True)
         raise
     handled = capture.response(response)
     if handled is not None:

@@ -110,6 +110,7 @@ class ScriptedServer:
         return await self._answer(request, chat=False)
 
     async def _answer(self, request: Request, chat: bool) -> Response:
+        started = time.perf_counter()
         try:
             body = json.loads(await request.body())
         except json.JSONDecodeError as exc:
@@ -118,7 +119,9 @@ class ScriptedServer:
             msg = f"The model `{body['model']}` does not exist."
             return JSONResponse({"object": "error", "message": msg, "type": "NotFoundError", "code": 404}, 404)
         if self.latency_s:
+            slept = time.perf_counter()
             await asyncio.sleep(self.latency_s)
+            started += time.perf_counter() - slept  # Server-Timing counts the server's work, not the scripted wait
         reply = self.responder(body)
         prompt_text = json.dumps(body.get("messages") if chat else body.get("prompt"))
         prompt_ids = text_ids(prompt_text)[:512]
@@ -135,7 +138,11 @@ class ScriptedServer:
         if body.get("stream"):
             chunks = self._chunks(body, chat, call_id, reply, out_text, prompt_ids, ids, lps)
             return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
-        return JSONResponse(self._whole(body, chat, call_id, reply, out_text, prompt_ids, ids, lps), headers=headers)
+        response = JSONResponse(self._whole(body, chat, call_id, reply, out_text, prompt_ids, ids, lps), headers=headers)
+        # W3C Server-Timing: what answering took here (parsing and encoding included), so a
+        # benchmark can tell the server's cost of returning tokens from the client's cost of capture
+        response.headers["server-timing"] = f"app;dur={(time.perf_counter() - started) * 1e3:.3f}"
+        return response
 
     # ---- response bodies ----------------------------------------------------------
 

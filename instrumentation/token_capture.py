@@ -22,12 +22,13 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, It
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import orjson
 from opentelemetry.trace import Span
 
 from tracerl.schemas import attributes as A
-from tracerl.schemas.tokens import pack_floats, pack_ids
+from tracerl.schemas.tokens import TokenEncodingError, decode_array, pack_floats, pack_ids
 
 logger = logging.getLogger(__name__)
 
@@ -78,9 +79,9 @@ def plan_request(kind: str, body: Mapping[str, Any], ask: bool, reason: str | No
 class Tokens:
     """Exact tokens of one call (choice 0)."""
 
-    prompt_ids: list[int] | np.ndarray | IdsText | None = None
-    completion_ids: list[int] | None = None
-    logprobs: list[float] | LogprobsJSON | None = None
+    prompt_ids: list[int] | np.ndarray | None = None
+    completion_ids: list[int] | np.ndarray | None = None
+    logprobs: list[float] | None = None
     policy_version: int | None = None
 
 
@@ -113,78 +114,68 @@ def _strip_choice(plan: Plan, choice: dict) -> None:
         choice["logprobs"] = None
 
 
-_PROMPT_IDS_MEMBER = b'"' + A.VLLM_PROMPT_TOKEN_IDS_FIELD.encode() + b'":['
-_INT_ARRAY_BYTES = b"0123456789,- \t\r\n"
-_JSON_SPACE = frozenset(b" \t\r\n")
-_COMMA = ord(",")
+# A JSON object with its members' values left as bytes: skipped over (and validated) in C,
+# never turned into Python objects, and written back verbatim.
+_MEMBERS = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_CHOICES = msgspec.json.Decoder(list[dict[str, msgspec.Raw]])
+_ENCODER = msgspec.json.Encoder()
+_NULL = msgspec.Raw(b"null")
 
 
-@dataclass(frozen=True)
-class IdsText:
-    """An int array still in the JSON text it arrived as; parsed off the calling thread."""
+def stripped_body(plan: Plan, raw: bytes) -> bytes | None:
+    """``raw`` without what :func:`plan_request` added: what the agent's SDK is given.
 
-    text: bytes  # what is between the brackets
-
-    def array(self) -> np.ndarray:
-        """The ids as int32; ``ValueError``/``OverflowError`` unless each is an int32."""
-        return np.array(orjson.loads(b"[" + self.text + b"]"), dtype=np.int32)  # strict, 2x a split
-
-
-@dataclass(frozen=True)
-class LogprobsJSON:
-    """A choice's ``logprobs`` object as parsed; turned into floats off the calling thread."""
-
-    kind: str
-    value: Any
-
-    def floats(self) -> list[float] | None:
-        return _choice_logprobs(self.kind, self.value)
-
-
-def cut_prompt_ids(raw: bytes) -> tuple[bytes, IdsText] | None:
-    """``raw`` without its ``"prompt_token_ids":[...]`` member, and that array unparsed.
-
-    The prompt's ids are most of a vLLM answer's JSON; cutting them out before the body
-    is parsed on the agent's thread leaves their parsing to the span finisher. The member
-    is found as bytes: its opening ``"prompt_token_ids":[`` cannot occur inside a JSON
-    string (a quote there is escaped). Anything unusual (the name twice, not a plain int
-    array, no comma to take with it) returns ``None``, and the body is parsed whole.
+    This runs on the agent's thread, so nothing is parsed that need not be: the prompt's
+    ids (most of a vLLM answer) and the log-probs (a few objects per token) are removed
+    as unparsed bytes, and the rest is written back as it came. The same JSON is read
+    whole, off the calling thread, by :func:`take_tokens`. ``None`` if ``raw`` is not a
+    JSON object (the agent then gets it untouched).
     """
-    start = raw.find(_PROMPT_IDS_MEMBER)
-    if start < 0 or raw.find(_PROMPT_IDS_MEMBER, start + 1) >= 0:
+    try:
+        members = _MEMBERS.decode(raw)
+    except msgspec.DecodeError:  # malformed JSON, or valid JSON that is not an object
         return None
-    first = start + len(_PROMPT_IDS_MEMBER)
-    end = raw.find(b"]", first)
-    if end < 0 or raw[first:end].translate(None, _INT_ARRAY_BYTES):
-        return None
-    left = start - 1  # the comma to take with the member: before it, else after it
-    while left >= 0 and raw[left] in _JSON_SPACE:
-        left -= 1
-    right = end + 1
-    while right < len(raw) and raw[right] in _JSON_SPACE:
-        right += 1
-    if left >= 0 and raw[left] == _COMMA:
-        rest = raw[:left] + raw[end + 1 :]
-    elif right < len(raw) and raw[right] == _COMMA:
-        rest = raw[:start] + raw[right + 1 :]
-    else:
-        return None
-    return rest, IdsText(raw[first:end])
+    if plan.strip_token_ids:
+        members.pop(A.VLLM_PROMPT_TOKEN_IDS_FIELD, None)
+    if "choices" in members and (plan.strip_token_ids or plan.strip_logprobs):
+        try:
+            choices = _CHOICES.decode(members["choices"])
+        except msgspec.DecodeError:  # not a list of objects: nothing of ours to remove there
+            choices = None
+        if choices is not None:
+            for choice in choices:
+                if plan.strip_token_ids:
+                    choice.pop(A.VLLM_CHOICE_TOKEN_IDS_FIELD, None)
+                if plan.strip_logprobs and "logprobs" in choice:
+                    choice["logprobs"] = _NULL
+            members["choices"] = msgspec.Raw(_ENCODER.encode(choices))
+    return _ENCODER.encode(members)
 
 
 def take_tokens(plan: Plan, body: dict, headers: Mapping[str, str] | None = None) -> Tokens:
-    """Read the tokens of a whole (non-streamed) response and strip ``body`` in place."""
+    """Read the tokens of a whole (non-streamed) response and strip ``body`` in place.
+
+    Malformed log-probs (a server's bug) make a call without log-probs, never an error.
+    """
     tokens = Tokens(policy_version=_policy_version(body, headers))
     tokens.prompt_ids = body.get(A.VLLM_PROMPT_TOKEN_IDS_FIELD)
-    if plan.strip_token_ids:
-        body.pop(A.VLLM_PROMPT_TOKEN_IDS_FIELD, None)
     for choice in body.get("choices") or ():
         if choice.get("index", 0) == 0:
             tokens.completion_ids = choice.get(A.VLLM_CHOICE_TOKEN_IDS_FIELD)
-            logprobs = choice.get("logprobs")
-            tokens.logprobs = None if logprobs is None else LogprobsJSON(plan.kind, logprobs)
-        _strip_choice(plan, choice)
+            try:
+                tokens.logprobs = _choice_logprobs(plan.kind, choice.get("logprobs"))
+            except (KeyError, TypeError, ValueError):
+                tokens.logprobs = None
+    strip_response(plan, body)
     return tokens
+
+
+def strip_response(plan: Plan, body: dict) -> None:
+    """Remove from a whole response what :func:`plan_request` added to its request."""
+    if plan.strip_token_ids:
+        body.pop(A.VLLM_PROMPT_TOKEN_IDS_FIELD, None)
+    for choice in body.get("choices") or ():
+        _strip_choice(plan, choice)
 
 
 class StreamTokens:
@@ -382,29 +373,17 @@ def missing_reason(plan: Plan, tokens: Tokens | None) -> str | None:
 def token_attributes(plan: Plan, tokens: Tokens | None, encoding: str) -> dict[str, Any]:
     """The span attributes of a call's tokens (or of why it has none); counts the call in
     :data:`STATS`."""
-    if tokens is not None and isinstance(tokens.prompt_ids, IdsText):
-        try:
-            tokens.prompt_ids = tokens.prompt_ids.array()
-        except (ValueError, OverflowError):
-            tokens.prompt_ids = None  # counted and marked as a call without token ids
-    if tokens is not None and isinstance(tokens.logprobs, LogprobsJSON):
-        try:
-            tokens.logprobs = tokens.logprobs.floats()
-        except (KeyError, TypeError, ValueError):  # a server's malformed log-probs: recorded as absent
-            tokens.logprobs = None
+    if tokens is not None:  # a server's malformed ids make a call without token ids, never an error
+        tokens.prompt_ids = _int32_ids(tokens.prompt_ids)
+        tokens.completion_ids = _int32_ids(tokens.completion_ids)
     reason = missing_reason(plan, tokens)
     STATS.add(reason)
     attributes: dict[str, Any] = {}
     if tokens is not None:
         packed = encoding == "packed"
-        ids = tokens.prompt_ids
-        if ids is not None:
-            if not packed and isinstance(ids, np.ndarray):
-                ids = ids.tolist()
-            attributes[A.PROMPT_TOKEN_IDS] = pack_ids(ids) if packed else ids
-        if tokens.completion_ids is not None:
-            ids = tokens.completion_ids
-            attributes[A.COMPLETION_TOKEN_IDS] = pack_ids(ids) if packed else ids
+        for key, ids in ((A.PROMPT_TOKEN_IDS, tokens.prompt_ids), (A.COMPLETION_TOKEN_IDS, tokens.completion_ids)):
+            if ids is not None:
+                attributes[key] = pack_ids(ids) if packed else ids.tolist()
         if tokens.logprobs is not None:
             lps = tokens.logprobs
             attributes[A.COMPLETION_LOGPROBS] = pack_floats(lps) if packed else lps
@@ -413,6 +392,13 @@ def token_attributes(plan: Plan, tokens: Tokens | None, encoding: str) -> dict[s
     if reason is not None:
         attributes[A.TOKEN_IDS_MISSING] = reason
     return attributes
+
+
+def _int32_ids(ids: object) -> np.ndarray | None:
+    try:
+        return decode_array(ids, "i4")
+    except TokenEncodingError:
+        return None
 
 
 def record(spans: Iterable[Span], plan: Plan, tokens: Tokens | None, encoding: str) -> None:

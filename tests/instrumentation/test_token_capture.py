@@ -1,10 +1,13 @@
-"""Reading a vLLM answer cheaply on the agent's thread: the prompt ids are cut out of the
-JSON unparsed, and whatever looks unusual falls back to parsing the whole body."""
+"""Reading a vLLM answer cheaply on the agent's thread: what tracerl asked for (prompt and
+completion ids, log-probs) is cut out of the JSON unparsed, and the agent gets the rest
+as it came; the tokens are read from the original bytes later, off that thread."""
 
 from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tracerl.instrumentation import token_capture as tc
 from tracerl.schemas import attributes as A
@@ -13,59 +16,86 @@ from tracerl.schemas.tokens import decode
 PLAN = tc.Plan("chat", ask=True, strip_token_ids=True, strip_logprobs=True, stream=False)
 
 
+def reference_strip(plan: tc.Plan, raw: bytes) -> dict:
+    """What the agent must get, computed the slow, obvious way: parse all, remove, compare."""
+    body = orjson.loads(raw)
+    tc.strip_response(plan, body)
+    return body
+
+
 @pytest.mark.parametrize(
     "raw",
     [
-        b'{"id":"c1","prompt_token_ids":[5, 6,7],"choices":[]}',
+        b'{"id":"c1","prompt_token_ids":[5, 6,7],"choices":[{"index":0,"token_ids":[1],"logprobs":{"content":[]}}]}',
         b'{"prompt_token_ids":[5,6,7] ,"id":"c1","choices":[]}',
-        b'{"id":"c1","choices":[],"prompt_token_ids":[5,6,7]}',
-        # the member's text inside a string value is escaped, so only the real member is cut
-        b'{"id":"c1","choices":[],"note":"\\"prompt_token_ids\\":[1]","prompt_token_ids":[5,6,7]}',
+        b'{ "id" : "c1", "choices" : [ { "logprobs" : null , "token_ids" : [ 1 ] } ], "prompt_token_ids" : [5] }',
+        # the members' names inside string values are not members
+        b'{"id":"c1","note":"\\"prompt_token_ids\\":[1]","choices":[{"message":{"content":"\\"logprobs\\": ]}"},'
+        b'"logprobs":{"content":[{"token":"]}\\"","logprob":-0.5,"bytes":[93,125,34],"top_logprobs":[]}]},"token_ids":[9]}],'
+        b'"prompt_token_ids":[5,6,7]}',
+        '{"id":"é","choices":[{"index":0,"message":{"content":"日本 \\u00e9"},"token_ids":[1,2]}]}'.encode(),
+        b'{"id":"c1","choices":[{"index":0,"token_ids":[1]},{"index":1,"token_ids":[2],"logprobs":{"content":[]}}]}',
     ],
 )
-def test_the_prompt_ids_are_cut_out_and_the_rest_is_the_same_json(raw):
-    rest, ids = tc.cut_prompt_ids(raw)
-    expected = orjson.loads(raw)
-    del expected["prompt_token_ids"]
-    assert orjson.loads(rest) == expected
-    assert ids.array().tolist() == [5, 6, 7]
+def test_the_added_members_are_cut_out_and_the_rest_is_the_same_json(raw):
+    assert orjson.loads(tc.stripped_body(PLAN, raw)) == reference_strip(PLAN, raw)
 
 
-@pytest.mark.parametrize(
-    "raw",
-    [
-        b'{"prompt_token_ids":[5,6,7]}',  # no comma to take with it
-        b'{"prompt_token_ids":[5,6],"x":{"prompt_token_ids":[1]}}',  # twice
-        b'{"a":1,"prompt_token_ids":[5,"six"]}',  # not a plain int array
-        b'{"a":1,"prompt_token_ids":[5.5]}',
-        b'{"a":1}',
-        b'{"a":1,"prompt_token_ids": [5]}',  # spaced JSON: not vLLM's, parsed whole
-    ],
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=20,
 )
-def test_anything_unusual_is_left_to_the_whole_body_parser(raw):
-    assert tc.cut_prompt_ids(raw) is None
 
 
-def test_ids_that_are_not_int32_make_a_call_without_token_ids_never_a_crash():
-    stats_before = tc.STATS.missing.copy()
-    tokens = tc.Tokens(prompt_ids=tc.IdsText(b"1,--2"), completion_ids=[3])
-    attributes = tc.token_attributes(PLAN, tokens, "packed")
+@settings(max_examples=200, deadline=None)
+@given(
+    top=st.dictionaries(st.text(max_size=12), _json_values, max_size=5),
+    choices=st.lists(st.dictionaries(st.sampled_from(["index", "message", "token_ids", "logprobs", "x"]), _json_values), max_size=3),
+    prompt=st.one_of(st.none(), st.lists(st.integers(0, 2**31 - 1), max_size=20)),
+)
+def test_any_answer_strips_like_the_obvious_parse_and_remove(top, choices, prompt):
+    body = {**top, "choices": choices}
+    if prompt is not None:
+        body["prompt_token_ids"] = prompt
+    raw = orjson.dumps(body)
+    assert orjson.loads(tc.stripped_body(PLAN, raw)) == reference_strip(PLAN, raw)
+
+
+def test_members_the_agent_asked_for_itself_stay():
+    raw = b'{"prompt_token_ids":[5],"choices":[{"token_ids":[1],"logprobs":{"content":[]}}]}'
+    own = tc.Plan("chat", ask=True, strip_token_ids=False, strip_logprobs=False, stream=False)
+    assert orjson.loads(tc.stripped_body(own, raw)) == orjson.loads(raw)
+
+
+@pytest.mark.parametrize("raw", [b"[1, 2]", b'"text"', b'{"id": "c1",', b"", b"not json", b'{"a":1}{"b":2}'])
+def test_what_is_not_a_json_object_is_left_to_the_agent_untouched(raw):
+    assert tc.stripped_body(PLAN, raw) is None
+
+
+def test_choices_that_are_not_objects_are_passed_through():
+    raw = b'{"prompt_token_ids":[5],"choices":"odd"}'
+    assert orjson.loads(tc.stripped_body(PLAN, raw)) == {"choices": "odd"}
+
+
+@pytest.mark.parametrize("bad", [[1, "x"], [3_000_000_000], [1.5], "12", {"a": 1}, [[1]], [True]])
+def test_ids_that_are_not_int32_make_a_call_without_token_ids_never_a_crash(bad):
+    missing_before = sum(tc.STATS.missing.values())
+    attributes = tc.token_attributes(PLAN, tc.Tokens(prompt_ids=bad, completion_ids=[3]), "packed")
     assert A.PROMPT_TOKEN_IDS not in attributes and "no token ids" in attributes[A.TOKEN_IDS_MISSING]
-    assert sum(tc.STATS.missing.values()) == sum(stats_before.values()) + 1
-    too_big = tc.token_attributes(PLAN, tc.Tokens(prompt_ids=tc.IdsText(b"3000000000"), completion_ids=[3]), "packed")
-    assert A.TOKEN_IDS_MISSING in too_big
+    assert sum(tc.STATS.missing.values()) == missing_before + 1
 
 
-def test_log_probs_are_converted_off_the_calling_thread_and_bad_ones_are_dropped():
+def test_tokens_are_read_and_the_added_fields_removed_and_bad_log_probs_are_dropped():
     body = {"choices": [{"index": 0, "token_ids": [3, 4], "message": {"role": "assistant", "content": "hi"},
                          "logprobs": {"content": [{"token": "h", "logprob": -0.5}, {"token": "i", "logprob": -0.25}]}}],
             "prompt_token_ids": [1, 2]}
     tokens = tc.take_tokens(PLAN, body)
-    assert isinstance(tokens.logprobs, tc.LogprobsJSON) and body["choices"][0]["logprobs"] is None
+    assert body == {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "logprobs": None}]}
     attributes = tc.token_attributes(PLAN, tokens, "packed")
     assert decode(attributes[A.COMPLETION_LOGPROBS]) == [-0.5, -0.25]
     assert decode(attributes[A.PROMPT_TOKEN_IDS]) == [1, 2] and A.TOKEN_IDS_MISSING not in attributes
 
-    broken = tc.Tokens(prompt_ids=[1], completion_ids=[2], logprobs=tc.LogprobsJSON("chat", {"content": [{"token": "x"}]}))
-    attributes = tc.token_attributes(PLAN, broken, "packed")
+    broken = {"choices": [{"index": 0, "token_ids": [2], "logprobs": {"content": [{"token": "x"}]}}], "prompt_token_ids": [1]}
+    attributes = tc.token_attributes(PLAN, tc.take_tokens(PLAN, broken), "packed")
     assert A.COMPLETION_LOGPROBS not in attributes and decode(attributes[A.COMPLETION_TOKEN_IDS]) == [2]
