@@ -130,19 +130,20 @@ class Gateway:
         return self._whole(data, upstream, plan, span, headers)
 
     def _whole(self, data: bytes, upstream: httpx.Response, plan: tc.Plan, span: Any, headers: dict) -> Response:
-        try:
-            answer = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            answer = None
-        if not isinstance(answer, dict):
+        split = tc.split_answer(plan, data)
+        if split is None:
             tc.record([span], plan, None, settings().token_encoding)
             span.end()
             return Response(data, status_code=upstream.status_code, headers=headers)
-        tokens = tc.take_tokens(plan, answer, upstream.headers)
+        body, tokens = split
+        try:
+            answer = orjson.loads(body)
+        except orjson.JSONDecodeError:  # what msgspec passes and orjson refuses (ints beyond 64 bits)
+            answer = {}
         span.set_attributes(llm_span.response_attributes(plan.kind, answer, settings().capture_content))
-        tc.record([span], plan, tokens, settings().token_encoding)
+        tc.record([span], plan, tokens.read(upstream.headers), settings().token_encoding)
         span.end()
-        return Response(orjson.dumps(answer) if plan.ask else data, status_code=upstream.status_code, headers=headers)
+        return Response(body if plan.ask else data, status_code=upstream.status_code, headers=headers)
 
     async def _stream(self, upstream: httpx.Response, plan: tc.Plan, span: Any) -> AsyncIterator[bytes]:
         stream_tokens = tc.StreamTokens(plan, upstream.headers)

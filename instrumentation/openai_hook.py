@@ -131,33 +131,38 @@ class _Capture:
         return None  # caller reads the body (sync or async)
 
     def whole_body(self, response: Any) -> Any:
-        """Give the SDK the body it would have had; keep the original's bytes for the span.
+        """Give the SDK the body it would have had; keep the tokens, unparsed, for the span.
 
-        On this thread the added fields are only cut out, unparsed
-        (:func:`~tracerl.instrumentation.token_capture.stripped_body`); reading the tokens
-        and describing the answer happen on the finisher, from the original bytes.
+        On this thread the added members are only cut out
+        (:func:`~tracerl.instrumentation.token_capture.split_answer`); reading the tokens
+        and describing the answer happen on the finisher.
         """
-        raw = response.content
+        raw, split = response.content, None
         if self.plan.ask:
-            content = tc.stripped_body(self.plan, raw)
-            if content is None:  # not an OpenAI answer: the agent gets it as it came
+            split = tc.split_answer(self.plan, raw)
+            if split is None:  # not an OpenAI answer: the agent gets it as it came
                 self.finish()
                 return response
-            response._content = content
-            response.headers["content-length"] = str(len(content))
+            response._content = split[0]
+            response.headers["content-length"] = str(len(split[0]))
         version = response.headers.get(A.POLICY_VERSION_HEADER)
-        self.finish(lambda: self._read_whole(raw, version))
+        self.finish(lambda: self._read_whole(raw, split, version))
         return response
 
-    def _read_whole(self, raw: bytes, version: str | None) -> tuple[tc.Tokens | None, dict[str, Any]]:
+    def _read_whole(
+        self, raw: bytes, split: tuple[bytes, tc.RawTokens] | None, version: str | None
+    ) -> tuple[tc.Tokens | None, dict[str, Any]]:
+        if split is None:  # nothing was asked for, so nothing was cut on the calling thread
+            split = tc.split_answer(self.plan, raw)
+            if split is None:
+                return None, {}
+        body, tokens = split
         try:
-            answer = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return None, {}
-        if not isinstance(answer, dict):
-            return None, {}
-        tokens = tc.take_tokens(self.plan, answer, {A.POLICY_VERSION_HEADER: version} if version else None)
-        return tokens, llm_span.response_attributes(self.plan.kind, answer, settings().capture_content)
+            answer = orjson.loads(body)
+        except orjson.JSONDecodeError:  # what msgspec passes and orjson refuses (ints beyond 64 bits)
+            answer = {}
+        headers = {A.POLICY_VERSION_HEADER: version} if version else None
+        return tokens.read(headers), llm_span.response_attributes(self.plan.kind, answer, settings().capture_content)
 
     def finish_stream(self) -> None:
         """Record what the stream carried so far (at ``[DONE]``, its end, or its close)."""

@@ -6,7 +6,7 @@ rewritten to ask vLLM (or tracerl's server) for what training needs and the resp
 cut back before the agent reads it:
 
 * :func:`plan_request` adds ``return_token_ids`` and log-probs the agent did not ask for;
-* :func:`take_tokens` (whole responses) and :class:`StreamTokens` (SSE chunks) read the
+* :func:`split_answer` (whole responses) and :class:`StreamTokens` (SSE chunks) read the
   prompt ids, the sampled ids, their log-probs and the policy version, and remove the
   fields that were added;
 * :func:`record` puts them on the LLM call's span; a call without them is counted in
@@ -15,6 +15,7 @@ cut back before the agent reads it:
 
 from __future__ import annotations
 
+import array
 import logging
 import threading
 from collections import Counter
@@ -23,12 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-import numpy as np
 import orjson
 from opentelemetry.trace import Span
 
 from tracerl.schemas import attributes as A
-from tracerl.schemas.tokens import TokenEncodingError, decode_array, pack_floats, pack_ids
+from tracerl.schemas.tokens import pack_floats, pack_ids
 
 logger = logging.getLogger(__name__)
 
@@ -79,26 +79,56 @@ def plan_request(kind: str, body: Mapping[str, Any], ask: bool, reason: str | No
 class Tokens:
     """Exact tokens of one call (choice 0)."""
 
-    prompt_ids: list[int] | np.ndarray | None = None
-    completion_ids: list[int] | np.ndarray | None = None
+    prompt_ids: list[int] | array.array | None = None
+    completion_ids: list[int] | array.array | None = None
     logprobs: list[float] | None = None
     policy_version: int | None = None
 
 
-def _choice_logprobs(kind: str, logprobs: Any) -> list[float] | None:
-    if not isinstance(logprobs, dict):
+class _TokenLogprob(msgspec.Struct, gc=False):
+    logprob: float
+
+
+class _ChatLogprobs(msgspec.Struct, gc=False):
+    """A chat choice's ``logprobs``: ``{"content": [{"token", "logprob", "bytes", ...}]}``."""
+
+    content: list[_TokenLogprob] | None = None
+
+    def floats(self) -> list[float] | None:
+        return None if self.content is None else [item.logprob for item in self.content]
+
+
+class _CompletionLogprobs(msgspec.Struct, gc=False):
+    """A completion choice's ``logprobs``: ``{"tokens", "token_logprobs", ...}``."""
+
+    token_logprobs: list[float] | None = None
+
+    def floats(self) -> list[float] | None:
+        return self.token_logprobs
+
+
+# Only the floats are read: the other fields of each token are skipped in C, and the
+# structs are not tracked by the garbage collector (a vLLM answer has one per token).
+_LOGPROBS = {"chat": _ChatLogprobs | None, "completions": _CompletionLogprobs | None}
+
+
+def _choice_logprobs(kind: str, logprobs: msgspec.Raw | dict | None) -> list[float] | None:
+    """A choice's log-probs as floats, from its JSON (``Raw``) or parsed; ``None`` when
+    absent or malformed (a server's bug makes a call without log-probs, never an error)."""
+    if logprobs is None:
         return None
-    if kind == "chat":
-        content = logprobs.get("content")
-        if content is None:
-            return None
-        return [float(item["logprob"]) for item in content]
-    values = logprobs.get("token_logprobs")
-    return None if values is None else [float(v) for v in values]
+    try:
+        if isinstance(logprobs, msgspec.Raw):
+            read = msgspec.json.decode(memoryview(logprobs), type=_LOGPROBS[kind])
+        else:
+            read = msgspec.convert(logprobs, _LOGPROBS[kind])
+    except msgspec.MsgspecError:
+        return None
+    return None if read is None else read.floats()
 
 
-def _policy_version(body: Mapping[str, Any], headers: Mapping[str, str] | None) -> int | None:
-    value = body.get(A.POLICY_VERSION_FIELD)
+def _policy_version(value: Any, headers: Mapping[str, str] | None) -> int | None:
+    """The answer's policy version (its body's field, else the server's header)."""
     if value is None and headers is not None:
         value = headers.get(A.POLICY_VERSION_HEADER)
     try:
@@ -122,60 +152,63 @@ _ENCODER = msgspec.json.Encoder()
 _NULL = msgspec.Raw(b"null")
 
 
-def stripped_body(plan: Plan, raw: bytes) -> bytes | None:
-    """``raw`` without what :func:`plan_request` added: what the agent's SDK is given.
+@dataclass(frozen=True)
+class RawTokens:
+    """The token members of a whole answer as the server wrote them (choice 0's), unparsed
+    until :meth:`read`: bytes cost the calling thread nothing and the garbage collector
+    nothing while they wait for the span finisher."""
 
-    This runs on the agent's thread, so nothing is parsed that need not be: the prompt's
-    ids (most of a vLLM answer) and the log-probs (a few objects per token) are removed
-    as unparsed bytes, and the rest is written back as it came. The same JSON is read
-    whole, off the calling thread, by :func:`take_tokens`. ``None`` if ``raw`` is not a
-    JSON object (the agent then gets it untouched).
+    kind: str
+    prompt_ids: msgspec.Raw | None = None
+    completion_ids: msgspec.Raw | None = None
+    logprobs: msgspec.Raw | None = None
+    policy_version: msgspec.Raw | None = None
+
+    def read(self, headers: Mapping[str, str] | None = None) -> Tokens:
+        return Tokens(
+            prompt_ids=_parse(self.prompt_ids),
+            completion_ids=_parse(self.completion_ids),
+            logprobs=_choice_logprobs(self.kind, self.logprobs),
+            policy_version=_policy_version(_parse(self.policy_version), headers),
+        )
+
+
+def _parse(member: msgspec.Raw | None) -> Any:
+    return None if member is None else orjson.loads(memoryview(member))
+
+
+def split_answer(plan: Plan, raw: bytes) -> tuple[bytes, RawTokens] | None:
+    """A whole answer split into what the agent's SDK is given (``raw`` without what
+    :func:`plan_request` added) and its tokens, both without parsing their values.
+
+    This runs on the agent's thread: the prompt's ids (most of a vLLM answer) and the
+    log-probs (a few objects per token) are only skipped over, and the rest is written
+    back as it came. ``None`` if ``raw`` is not a JSON object (the agent then gets it as
+    it came).
     """
     try:
         members = _MEMBERS.decode(raw)
     except msgspec.DecodeError:  # malformed JSON, or valid JSON that is not an object
         return None
-    if plan.strip_token_ids:
-        members.pop(A.VLLM_PROMPT_TOKEN_IDS_FIELD, None)
-    if "choices" in members and (plan.strip_token_ids or plan.strip_logprobs):
+    pick = members.pop if plan.strip_token_ids else members.get
+    prompt_ids = pick(A.VLLM_PROMPT_TOKEN_IDS_FIELD, None)
+    completion_ids = logprobs = None
+    if "choices" in members:
         try:
             choices = _CHOICES.decode(members["choices"])
-        except msgspec.DecodeError:  # not a list of objects: nothing of ours to remove there
-            choices = None
-        if choices is not None:
-            for choice in choices:
-                if plan.strip_token_ids:
-                    choice.pop(A.VLLM_CHOICE_TOKEN_IDS_FIELD, None)
-                if plan.strip_logprobs and "logprobs" in choice:
-                    choice["logprobs"] = _NULL
+        except msgspec.DecodeError:  # not a list of objects: nothing of ours there
+            choices = ()
+        for choice in choices:
+            ids = choice.pop(A.VLLM_CHOICE_TOKEN_IDS_FIELD, None) if plan.strip_token_ids else choice.get(A.VLLM_CHOICE_TOKEN_IDS_FIELD)
+            index = choice.get("index")
+            if index is None or bytes(index) == b"0":
+                completion_ids, logprobs = ids, choice.get("logprobs")
+            if plan.strip_logprobs and "logprobs" in choice:
+                choice["logprobs"] = _NULL
+        if choices and (plan.strip_token_ids or plan.strip_logprobs):
             members["choices"] = msgspec.Raw(_ENCODER.encode(choices))
-    return _ENCODER.encode(members)
-
-
-def take_tokens(plan: Plan, body: dict, headers: Mapping[str, str] | None = None) -> Tokens:
-    """Read the tokens of a whole (non-streamed) response and strip ``body`` in place.
-
-    Malformed log-probs (a server's bug) make a call without log-probs, never an error.
-    """
-    tokens = Tokens(policy_version=_policy_version(body, headers))
-    tokens.prompt_ids = body.get(A.VLLM_PROMPT_TOKEN_IDS_FIELD)
-    for choice in body.get("choices") or ():
-        if choice.get("index", 0) == 0:
-            tokens.completion_ids = choice.get(A.VLLM_CHOICE_TOKEN_IDS_FIELD)
-            try:
-                tokens.logprobs = _choice_logprobs(plan.kind, choice.get("logprobs"))
-            except (KeyError, TypeError, ValueError):
-                tokens.logprobs = None
-    strip_response(plan, body)
-    return tokens
-
-
-def strip_response(plan: Plan, body: dict) -> None:
-    """Remove from a whole response what :func:`plan_request` added to its request."""
-    if plan.strip_token_ids:
-        body.pop(A.VLLM_PROMPT_TOKEN_IDS_FIELD, None)
-    for choice in body.get("choices") or ():
-        _strip_choice(plan, choice)
+    tokens = RawTokens(plan.kind, prompt_ids, completion_ids, logprobs, members.get(A.POLICY_VERSION_FIELD))
+    return _ENCODER.encode(members), tokens
 
 
 class StreamTokens:
@@ -200,7 +233,7 @@ class StreamTokens:
         if self.response_id is None:
             self.response_id, self.response_model = body.get("id"), body.get("model")
         if self.tokens.policy_version is None:
-            self.tokens.policy_version = _policy_version(body, self._headers)
+            self.tokens.policy_version = _policy_version(body.get(A.POLICY_VERSION_FIELD), self._headers)
         prompt = body.get(A.VLLM_PROMPT_TOKEN_IDS_FIELD)
         if prompt is not None:
             self.tokens.prompt_ids = prompt
@@ -394,10 +427,14 @@ def token_attributes(plan: Plan, tokens: Tokens | None, encoding: str) -> dict[s
     return attributes
 
 
-def _int32_ids(ids: object) -> np.ndarray | None:
+def _int32_ids(ids: object) -> array.array | None:
+    """A server's token ids, checked: ``None`` unless a list of int32 (a float, a string or
+    an id beyond int32 makes the call one without token ids)."""
+    if not isinstance(ids, (list, array.array)):
+        return None
     try:
-        return decode_array(ids, "i4")
-    except TokenEncodingError:
+        return array.array("i", ids)
+    except (TypeError, OverflowError):
         return None
 
 

@@ -8,7 +8,9 @@ Readers accept both forms; :func:`decode` is the one place that knows them.
 
 from __future__ import annotations
 
+import array
 import base64
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,11 +24,26 @@ class TokenEncodingError(ValueError):
 
 
 def pack_ids(ids: Sequence[int]) -> str:
-    return PACKED_PREFIX + "i4:" + base64.b64encode(np.asarray(ids, dtype="<i4").tobytes()).decode()
+    """The packed form of ``ids``; ``TypeError``/``OverflowError`` unless each is an int32.
+
+    Through the array module, which checks and packs in one pass: for the few hundred
+    Python ints of an LLM call that is several times cheaper than numpy's checks.
+    """
+    return _pack("i4", array.array("i", ids))
 
 
 def pack_floats(values: Sequence[float]) -> str:
-    return PACKED_PREFIX + "f4:" + base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode()
+    """The packed form of ``values`` (float32); ``TypeError`` unless each is a number."""
+    return _pack("f4", array.array("f", values))
+
+
+def _pack(code: str, values: array.array) -> str:
+    if sys.byteorder == "big":
+        values.byteswap()
+    return PACKED_PREFIX + code + ":" + base64.b64encode(values).decode()
+
+
+assert array.array("i").itemsize == 4 and array.array("f").itemsize == 4, "tokpack needs 4-byte C int and float"
 
 
 def _unpack(value: str) -> np.ndarray:

@@ -16,11 +16,21 @@ from tracerl.schemas.tokens import decode
 PLAN = tc.Plan("chat", ask=True, strip_token_ids=True, strip_logprobs=True, stream=False)
 
 
-def reference_strip(plan: tc.Plan, raw: bytes) -> dict:
+def reference_strip(raw: bytes) -> dict:
     """What the agent must get, computed the slow, obvious way: parse all, remove, compare."""
     body = orjson.loads(raw)
-    tc.strip_response(plan, body)
+    body.pop("prompt_token_ids", None)
+    for choice in body["choices"] if isinstance(body.get("choices"), list) else ():
+        if isinstance(choice, dict):
+            choice.pop("token_ids", None)
+            if "logprobs" in choice:
+                choice["logprobs"] = None
     return body
+
+
+def agent_body(plan: tc.Plan, raw: bytes) -> dict:
+    body, _ = tc.split_answer(plan, raw)
+    return orjson.loads(body)
 
 
 @pytest.mark.parametrize(
@@ -38,7 +48,7 @@ def reference_strip(plan: tc.Plan, raw: bytes) -> dict:
     ],
 )
 def test_the_added_members_are_cut_out_and_the_rest_is_the_same_json(raw):
-    assert orjson.loads(tc.stripped_body(PLAN, raw)) == reference_strip(PLAN, raw)
+    assert agent_body(PLAN, raw) == reference_strip(raw)
 
 
 _json_values = st.recursive(
@@ -59,26 +69,26 @@ def test_any_answer_strips_like_the_obvious_parse_and_remove(top, choices, promp
     if prompt is not None:
         body["prompt_token_ids"] = prompt
     raw = orjson.dumps(body)
-    assert orjson.loads(tc.stripped_body(PLAN, raw)) == reference_strip(PLAN, raw)
+    assert agent_body(PLAN, raw) == reference_strip(raw)
 
 
 def test_members_the_agent_asked_for_itself_stay():
     raw = b'{"prompt_token_ids":[5],"choices":[{"token_ids":[1],"logprobs":{"content":[]}}]}'
     own = tc.Plan("chat", ask=True, strip_token_ids=False, strip_logprobs=False, stream=False)
-    assert orjson.loads(tc.stripped_body(own, raw)) == orjson.loads(raw)
+    assert agent_body(own, raw) == orjson.loads(raw)
 
 
 @pytest.mark.parametrize("raw", [b"[1, 2]", b'"text"', b'{"id": "c1",', b"", b"not json", b'{"a":1}{"b":2}'])
 def test_what_is_not_a_json_object_is_left_to_the_agent_untouched(raw):
-    assert tc.stripped_body(PLAN, raw) is None
+    assert tc.split_answer(PLAN, raw) is None
 
 
 def test_choices_that_are_not_objects_are_passed_through():
     raw = b'{"prompt_token_ids":[5],"choices":"odd"}'
-    assert orjson.loads(tc.stripped_body(PLAN, raw)) == {"choices": "odd"}
+    assert agent_body(PLAN, raw) == {"choices": "odd"}
 
 
-@pytest.mark.parametrize("bad", [[1, "x"], [3_000_000_000], [1.5], "12", {"a": 1}, [[1]], [True]])
+@pytest.mark.parametrize("bad", [[1, "x"], [3_000_000_000], [1.5], "12", {"a": 1}, [[1]], None])
 def test_ids_that_are_not_int32_make_a_call_without_token_ids_never_a_crash(bad):
     missing_before = sum(tc.STATS.missing.values())
     attributes = tc.token_attributes(PLAN, tc.Tokens(prompt_ids=bad, completion_ids=[3]), "packed")
@@ -86,16 +96,28 @@ def test_ids_that_are_not_int32_make_a_call_without_token_ids_never_a_crash(bad)
     assert sum(tc.STATS.missing.values()) == missing_before + 1
 
 
-def test_tokens_are_read_and_the_added_fields_removed_and_bad_log_probs_are_dropped():
-    body = {"choices": [{"index": 0, "token_ids": [3, 4], "message": {"role": "assistant", "content": "hi"},
-                         "logprobs": {"content": [{"token": "h", "logprob": -0.5}, {"token": "i", "logprob": -0.25}]}}],
-            "prompt_token_ids": [1, 2]}
-    tokens = tc.take_tokens(PLAN, body)
-    assert body == {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "logprobs": None}]}
-    attributes = tc.token_attributes(PLAN, tokens, "packed")
+def test_the_tokens_of_choice_0_are_read_later_from_the_cut_members():
+    raw = orjson.dumps({
+        "policy_version": 4,
+        "choices": [{"index": 1, "token_ids": [8], "logprobs": {"content": [{"token": "z", "logprob": -9.0}]}},
+                    {"index": 0, "token_ids": [3, 4], "message": {"role": "assistant", "content": "hi"},
+                     "logprobs": {"content": [{"token": "h", "logprob": -0.5}, {"token": "i", "logprob": -0.25}]}}],
+        "prompt_token_ids": [1, 2],
+    })
+    _, raw_tokens = tc.split_answer(PLAN, raw)
+    attributes = tc.token_attributes(PLAN, raw_tokens.read(), "packed")
+    assert decode(attributes[A.PROMPT_TOKEN_IDS]) == [1, 2] and decode(attributes[A.COMPLETION_TOKEN_IDS]) == [3, 4]
     assert decode(attributes[A.COMPLETION_LOGPROBS]) == [-0.5, -0.25]
-    assert decode(attributes[A.PROMPT_TOKEN_IDS]) == [1, 2] and A.TOKEN_IDS_MISSING not in attributes
+    assert attributes[A.POLICY_VERSION] == 4 and A.TOKEN_IDS_MISSING not in attributes
 
-    broken = {"choices": [{"index": 0, "token_ids": [2], "logprobs": {"content": [{"token": "x"}]}}], "prompt_token_ids": [1]}
-    attributes = tc.token_attributes(PLAN, tc.take_tokens(PLAN, broken), "packed")
+
+def test_the_policy_version_header_counts_when_the_body_has_none():
+    _, raw_tokens = tc.split_answer(PLAN, b'{"choices":[{"token_ids":[3]}],"prompt_token_ids":[1]}')
+    assert raw_tokens.read({A.POLICY_VERSION_HEADER: "12"}).policy_version == 12
+
+
+def test_malformed_log_probs_make_a_call_without_log_probs_never_an_error():
+    raw = b'{"choices":[{"index":0,"token_ids":[2],"logprobs":{"content":[{"token":"x"}]}}],"prompt_token_ids":[1]}'
+    _, raw_tokens = tc.split_answer(PLAN, raw)
+    attributes = tc.token_attributes(PLAN, raw_tokens.read(), "packed")
     assert A.COMPLETION_LOGPROBS not in attributes and decode(attributes[A.COMPLETION_TOKEN_IDS]) == [2]
