@@ -174,7 +174,12 @@ class RawTokens:
 
 
 def _parse(member: msgspec.Raw | None) -> Any:
-    return None if member is None else orjson.loads(memoryview(member))
+    if member is None:
+        return None
+    try:
+        return orjson.loads(memoryview(member))
+    except orjson.JSONDecodeError:  # what msgspec skips over and orjson refuses (ints beyond 64 bits)
+        return None
 
 
 def split_answer(plan: Plan, raw: bytes) -> tuple[bytes, RawTokens] | None:
@@ -199,7 +204,7 @@ def split_answer(plan: Plan, raw: bytes) -> tuple[bytes, RawTokens] | None:
         except msgspec.DecodeError:  # not a list of objects: nothing of ours there
             choices = ()
         for choice in choices:
-            ids = choice.pop(A.VLLM_CHOICE_TOKEN_IDS_FIELD, None) if plan.strip_token_ids else choice.get(A.VLLM_CHOICE_TOKEN_IDS_FIELD)
+            ids = (choice.pop if plan.strip_token_ids else choice.get)(A.VLLM_CHOICE_TOKEN_IDS_FIELD, None)
             index = choice.get("index")
             if index is None or bytes(index) == b"0":
                 completion_ids, logprobs = ids, choice.get("logprobs")

@@ -121,3 +121,11 @@ def test_malformed_log_probs_make_a_call_without_log_probs_never_an_error():
     _, raw_tokens = tc.split_answer(PLAN, raw)
     attributes = tc.token_attributes(PLAN, raw_tokens.read(), "packed")
     assert A.COMPLETION_LOGPROBS not in attributes and decode(attributes[A.COMPLETION_TOKEN_IDS]) == [2]
+
+
+def test_ids_too_big_for_any_json_number_type_make_a_call_without_token_ids():
+    raw = b'{"choices":[{"index":0,"token_ids":[123456789012345678901234567890]}],"prompt_token_ids":[1]}'
+    body, raw_tokens = tc.split_answer(PLAN, raw)
+    assert orjson.loads(body) == {"choices": [{"index": 0}]}
+    attributes = tc.token_attributes(PLAN, raw_tokens.read(), "packed")
+    assert A.COMPLETION_TOKEN_IDS not in attributes and A.TOKEN_IDS_MISSING in attributes
