@@ -28,9 +28,12 @@ AGENT_NAME_ENV = "TRACERL_AGENT_NAME"
 LLM_SPANS_ENV = "TRACERL_LLM_SPANS"  # tracerl | openllmetry
 
 #: How often (ms) the batch span processor in front of tracerl's Parquet exporter hands
-#: spans over (``OTEL_BSP_SCHEDULE_DELAY``; the SDK's default is 5000): short, so span
-#: objects die young; the exporter makes its files large on its own.
-PARQUET_HANDOVER_MS = 200
+#: spans over (``OTEL_BSP_SCHEDULE_DELAY``; the SDK's default is 5000). Measured in steady
+#: state (``benchmarks/capture_overhead.py``): at 200 ms the export thread, woken 5 times
+#: a second for a dozen spans, cost ~160 us per span; at 1000 ms ~100, while the span
+#: objects kept longer add ~3 us per call of garbage collection (at 5000: ~85 and ~10).
+#: The exporter makes its files large on its own.
+PARQUET_HANDOVER_MS = 1000
 
 DEFAULT_DATA_DIR = "./tracerl-data"
 DEFAULT_MAX_CONTENT_CHARS = 100_000
