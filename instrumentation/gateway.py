@@ -136,11 +136,7 @@ class Gateway:
             span.end()
             return Response(data, status_code=upstream.status_code, headers=headers)
         body, tokens = split
-        try:
-            answer = orjson.loads(body)
-        except orjson.JSONDecodeError:  # what msgspec passes and orjson refuses (ints beyond 64 bits)
-            answer = {}
-        span.set_attributes(llm_span.response_attributes(plan.kind, answer, settings().capture_content))
+        span.set_attributes(llm_span.answer_attributes(plan.kind, body, settings().capture_content))
         tc.record([span], plan, tokens.read(upstream.headers), settings().token_encoding)
         span.end()
         return Response(body if plan.ask else data, status_code=upstream.status_code, headers=headers)

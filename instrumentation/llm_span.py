@@ -75,6 +75,15 @@ def response_attributes(kind: str, answer: dict, content: bool) -> dict[str, Any
     return attributes
 
 
+def answer_attributes(kind: str, body: bytes, content: bool) -> dict[str, Any]:
+    """:func:`response_attributes` of a whole answer's JSON (the body the agent was given)."""
+    try:
+        answer = orjson.loads(body)
+    except orjson.JSONDecodeError:  # what msgspec passed on and orjson refuses (ints beyond 64 bits)
+        answer = {}
+    return response_attributes(kind, answer, content)
+
+
 def stream_attributes(stream: tc.StreamTokens, content: bool) -> dict[str, Any]:
     """What a streamed response said, once it is over."""
     answer: dict[str, Any] = {"id": stream.response_id, "model": stream.response_model}

@@ -157,12 +157,8 @@ class _Capture:
             if split is None:
                 return None, {}
         body, tokens = split
-        try:
-            answer = orjson.loads(body)
-        except orjson.JSONDecodeError:  # what msgspec passes and orjson refuses (ints beyond 64 bits)
-            answer = {}
         headers = {A.POLICY_VERSION_HEADER: version} if version else None
-        return tokens.read(headers), llm_span.response_attributes(self.plan.kind, answer, settings().capture_content)
+        return tokens.read(headers), llm_span.answer_attributes(self.plan.kind, body, settings().capture_content)
 
     def finish_stream(self) -> None:
         """Record what the stream carried so far (at ``[DONE]``, its end, or its close)."""
