@@ -37,7 +37,6 @@ from tracerl.schemas.spans import (
     service_name,
     to_json,
 )
-from tracerl.schemas.arrow_arrays import list_array
 from tracerl.schemas.tokens import PACKED_PREFIX, TokenEncodingError
 
 try:
@@ -100,9 +99,9 @@ def trace_table(request: ExportTraceServiceRequest, body: bytes | None = None) -
     take = pa.array(np.array(scope_index, dtype=np.int64))
     for column, values in per_scope.items():
         columns[column] = pa.array(values, type=SPANS_SCHEMA.field(column).type).take(take)
-    for (column, key, _), items in zip(TOKEN_COLUMNS, unpacked):  # out of the attributes, into typed columns
+    for (column, key, dtype), items in zip(TOKEN_COLUMNS, unpacked):  # out of the attributes, into typed columns
         values = [a.pop(key, None) if raw is None else raw for a, raw in zip(attributes, items)]
-        columns[column] = list_array(values, SPANS_SCHEMA.field(column).type)
+        columns[column] = _list_array(values, np.dtype(dtype), SPANS_SCHEMA.field(column).type)
     columns.update(_promoted(attributes))
     columns["attributes"] = [to_json(a) for a in attributes]
     columns["events"] = [to_json(e) for e in events]
@@ -148,3 +147,21 @@ def _promoted(attributes: list[dict]) -> dict[str, list]:
     return dict(zip(names, zip(*(promote(a).values() for a in attributes))))
 
 
+def _list_array(items: list[bytes | np.ndarray | None], dtype: np.dtype, type_: pa.ListType) -> pa.Array:
+    """One list column from per-span items (None: no list): the items' little-endian bytes
+    (unpacked by the C decoder) or arrays (from ``decode_tokens``). One concatenation, no
+    conversion per span or per item; the offsets and validity buffers are made with numpy
+    (pyarrow converts Python lists, even of bools, several times slower)."""
+    dtype = dtype.newbyteorder("<")
+    raw = [x if x is None or type(x) is bytes else x.astype(dtype, copy=False).tobytes() for x in items]
+    values = np.frombuffer(b"".join([x for x in raw if x]), dtype=dtype)
+    ends = np.cumsum(np.array([len(x) if x else 0 for x in raw], dtype=np.int64)) // dtype.itemsize
+    if len(ends) and ends[-1] > np.iinfo(np.int32).max:
+        raise OverflowError(f"{ends[-1]} values in one {type_} column of a request")
+    offsets = np.zeros(len(raw) + 1, dtype=np.int32)
+    offsets[1:] = ends
+    validity = None
+    if None in raw:
+        validity = pa.py_buffer(np.packbits(np.frombuffer(bytes([x is not None for x in raw]), dtype=bool), bitorder="little"))
+    return pa.Array.from_buffers(type_, len(raw), [validity, pa.py_buffer(offsets)],
+                                 children=[pa.array(values, type=type_.value_type)])
