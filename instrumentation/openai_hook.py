@@ -85,8 +85,9 @@ def _tracer() -> trace.Tracer:
     return trace.get_tracer("tracerl")
 
 
-# Reads what a call returned, on the finisher thread: its tokens and its response attributes.
-Read = Callable[[], "tuple[tc.Tokens | None, dict[str, Any]]"]
+# Reads what a call returned: its tokens and, when asked (tracerl's own span, on the
+# finisher thread), its response attributes; another instrumentation's span needs only tokens.
+Read = Callable[[bool], "tuple[tc.Tokens | None, dict[str, Any]]"]
 
 
 class _Capture:
@@ -146,11 +147,11 @@ class _Capture:
             response._content = split[0]
             response.headers["content-length"] = str(len(split[0]))
         version = response.headers.get(A.POLICY_VERSION_HEADER)
-        self.finish(lambda: self._read_whole(raw, split, version))
+        self.finish(lambda describe: self._read_whole(raw, split, version, describe))
         return response
 
     def _read_whole(
-        self, raw: bytes, split: tuple[bytes, tc.RawTokens] | None, version: str | None
+        self, raw: bytes, split: tuple[bytes, tc.RawTokens] | None, version: str | None, describe: bool
     ) -> tuple[tc.Tokens | None, dict[str, Any]]:
         if split is None:  # nothing was asked for, so nothing was cut on the calling thread
             split = tc.split_answer(self.plan, raw)
@@ -158,12 +159,18 @@ class _Capture:
                 return None, {}
         body, tokens = split
         headers = {A.POLICY_VERSION_HEADER: version} if version else None
-        return tokens.read(headers), llm_span.answer_attributes(self.plan.kind, body, settings().capture_content)
+        described = llm_span.answer_attributes(self.plan.kind, body, settings().capture_content) if describe else {}
+        return tokens.read(headers), described
 
     def finish_stream(self) -> None:
         """Record what the stream carried so far (at ``[DONE]``, its end, or its close)."""
         stream = self.stream_tokens
-        self.finish(lambda: (stream.result(), llm_span.stream_attributes(stream, settings().capture_content)))
+        self.finish(
+            lambda describe: (
+                stream.result(),
+                llm_span.stream_attributes(stream, settings().capture_content) if describe else {},
+            )
+        )
 
     def finish(self, read: Read | None = None, error: bool = False) -> None:
         if self._finished:
@@ -171,7 +178,7 @@ class _Capture:
         self._finished = True
         if self.span is not None:
             if not error:
-                tokens = read()[0] if read is not None else None
+                tokens = read(False)[0] if read is not None else None  # its maker describes the answer
                 tc.record(llm_span_chain(self.span), self.plan, tokens, settings().token_encoding)
             return
         end_ns = time.time_ns()
@@ -189,7 +196,7 @@ class _Capture:
         if self.agent:
             attributes[A.GEN_AI_AGENT_NAME] = self.agent
         if not error:
-            tokens, described = read() if read is not None else (None, {})
+            tokens, described = read(True) if read is not None else (None, {})
             attributes.update(described)
             attributes.update(tc.token_attributes(self.plan, tokens, current.token_encoding))
         name = f"{llm_span.operation(kind)} {self.model}" if self.model else llm_span.operation(kind)
