@@ -33,7 +33,7 @@ from tracerl.collector import otlp, wal
 from tracerl.collector.columns import CONVERTER, trace_table
 from tracerl.collector.sink import DurableTable, Overloaded, TableKind
 from tracerl.schemas.logs import logs_table
-from tracerl.schemas.spans import SPANS_SCHEMA, spans_table
+from tracerl.schemas.spans import SPANS_DICTIONARY_COLUMNS, spans_table
 
 MiB = 1 << 20
 
@@ -64,17 +64,9 @@ def _logs_response(rejected: int, message: str) -> Message:
     )
 
 
-# Dictionary-encode only the span columns whose values repeat within a file (names, kinds, models,
-# trace/episode/task ids, resource JSON). For unique values (span ids, times, token ids, log-probs,
-# attribute JSON) building dictionaries took ~40 % of the Parquet writer's CPU for files ~5 %
-# smaller (benchmarks/collector_throughput.py workload: 6.7 -> 4.1 us per span, 301 -> 315 B).
-_UNIQUE_SPAN_COLUMNS = {
-    "span_id", "parent_span_id", "start_time_unix_nano", "end_time_unix_nano", "response_id", "reward_value",
-    "prompt_token_ids", "completion_token_ids", "completion_logprobs", "attributes", "events", "links",
-}
 TRACES = Signal(
     TableKind("spans", ExportTraceServiceRequest, otlp.trace_rows, spans_table, columns=trace_table,
-              dictionary_columns=tuple(c for c in SPANS_SCHEMA.names if c not in _UNIQUE_SPAN_COLUMNS)),
+              dictionary_columns=SPANS_DICTIONARY_COLUMNS),
     _traces_response,
 )
 LOGS = Signal(TableKind("logs", ExportLogsServiceRequest, otlp.log_rows, logs_table), _logs_response)

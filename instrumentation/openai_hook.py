@@ -25,7 +25,7 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span, SpanKind
 from wrapt import wrap_function_wrapper
 
-from tracerl.instrumentation import deferred, llm_span
+from tracerl.instrumentation import deferred, finished_span, llm_span
 from tracerl.instrumentation import token_capture as tc
 from tracerl.instrumentation.processor import agent_name, is_llm_span, llm_span_chain
 from tracerl.instrumentation.settings import settings
@@ -200,9 +200,10 @@ class _Capture:
             attributes.update(described)
             attributes.update(tc.token_attributes(self.plan, tokens, current.token_encoding))
         name = f"{llm_span.operation(kind)} {self.model}" if self.model else llm_span.operation(kind)
-        span = _tracer().start_span(
-            name, context=self.parent, kind=SpanKind.CLIENT, attributes=attributes, start_time=self.start_ns
-        )
+        tracer = _tracer()
+        if finished_span.emit(tracer, name, self.parent, SpanKind.CLIENT, attributes, self.start_ns, end_ns, error):
+            return
+        span = tracer.start_span(name, context=self.parent, kind=SpanKind.CLIENT, attributes=attributes, start_time=self.start_ns)
         if error:
             span.set_status(trace.StatusCode.ERROR)
         span.end(end_time=end_ns)

@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from tracerl.instrumentation.settings import settings
-from tracerl.schemas.spans import decode_tokens, span_row, spans_table, to_json
+from tracerl.schemas.spans import SPANS_DICTIONARY_COLUMNS, decode_tokens, span_row, spans_table, to_json
 from tracerl.schemas.tokens import TokenEncodingError
 from tracerl.storage import hour_partition, write_parquet_atomic
 
@@ -149,7 +149,9 @@ class ParquetSpanExporter(SpanExporter):
         table = spans_table(self._pending)
         self._pending = []
         try:
-            write_parquet_atomic(table, self.spans_dir, prefix="spans", partition=hour_partition())
+            write_parquet_atomic(
+                table, self.spans_dir, prefix="spans", partition=hour_partition(), use_dictionary=list(SPANS_DICTIONARY_COLUMNS)
+            )
         except OSError as exc:
             logger.error(
                 "tracerl: could not write %d spans under %s: %s (check that TRACERL_DATA_DIR is writable)",

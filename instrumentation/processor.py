@@ -11,7 +11,8 @@ framework hooks (a LangGraph node, for instance), so every LLM call knows which
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from opentelemetry import baggage, trace
 from opentelemetry.attributes import BoundedAttributes
@@ -93,18 +94,35 @@ class TracerlSpanProcessor(SpanProcessor):
         attributes = getattr(span, "_attributes", None)
         if isinstance(attributes, BoundedAttributes) and not isinstance(attributes, PolicedAttributes):
             police(attributes, self._policy)
-        current = span.attributes or {}
+        for key, value in self._stamps(span.attributes or {}, parent_context).items():
+            span.set_attribute(key, value)
+        if is_llm_span(span):
+            _llm_spans[span.context.span_id] = span
+
+    def finished_attributes(self, attributes: Mapping[str, Any], parent_context: Context | None) -> dict[str, Any]:
+        """The attributes a span started with ``attributes`` would have once through
+        :meth:`on_start`, for a span handed to the processors already over
+        (:mod:`tracerl.instrumentation.finished_span`)."""
+        clean = self._policy.clean
+        kept = {key: cleaned for key, value in attributes.items() if (cleaned := clean(key, value)) is not None}
+        for key, value in self._stamps(kept, parent_context).items():
+            if (cleaned := clean(key, value)) is not None:
+                kept[key] = cleaned
+        return kept
+
+    def _stamps(self, present: Mapping[str, Any], parent_context: Context | None) -> dict[str, str]:
+        """Episode baggage and the agent name, where ``present`` lacks them."""
+        stamps = {}
         entries = baggage.get_all(parent_context)
         for key in A.BAGGAGE_KEYS:
             value = entries.get(key) or self._defaults[key]
-            if value is not None and key not in current:
-                span.set_attribute(key, str(value))
-        if A.GEN_AI_AGENT_NAME not in current:
+            if value is not None and key not in present:
+                stamps[key] = str(value)
+        if A.GEN_AI_AGENT_NAME not in present:
             name = agent_name(parent_context)
             if name:
-                span.set_attribute(A.GEN_AI_AGENT_NAME, name)
-        if is_llm_span(span):
-            _llm_spans[span.context.span_id] = span
+                stamps[A.GEN_AI_AGENT_NAME] = name
+        return stamps
 
     def on_end(self, span: ReadableSpan) -> None:
         pass

@@ -59,6 +59,17 @@ SPANS_SCHEMA = pa.schema(
 )
 
 
+# Dictionary-encode in Parquet only the columns whose values repeat within a file (names, kinds,
+# models, trace/episode/task ids, resource JSON). For unique values (span ids, times, token ids,
+# log-probs, attribute JSON) building dictionaries took ~40 % of the Parquet writer's CPU for files
+# ~5 % smaller (benchmarks/collector_throughput.py workload: 6.7 -> 4.1 us per span, 301 -> 315 B).
+# Both span writers (the collector and the in-process exporter) pass this as ``use_dictionary``.
+_UNIQUE_SPAN_COLUMNS = frozenset({
+    "span_id", "parent_span_id", "start_time_unix_nano", "end_time_unix_nano", "response_id", "reward_value",
+    "prompt_token_ids", "completion_token_ids", "completion_logprobs", "attributes", "events", "links",
+})
+SPANS_DICTIONARY_COLUMNS: tuple[str, ...] = tuple(c for c in SPANS_SCHEMA.names if c not in _UNIQUE_SPAN_COLUMNS)
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, bytes):
         return {"bytes_b64": base64.b64encode(value).decode()}

@@ -58,8 +58,14 @@ def write_parquet_atomic(
     if isinstance(fs, pafs.LocalFileSystem):
         os.makedirs(folder, exist_ok=True)
         tmp = f"{folder}/.{name}.tmp"
+        # Encoded into Arrow's own buffer, then written in one call: pyarrow writing through a
+        # Python file object takes the GIL for every page it writes, and when the process's
+        # other threads are busy (an agent's calls, the collector's receivers) each of those
+        # hand-overs is paid in CPU: 4x the writer's own cost here (5 -> 20 ms per file).
+        encoded = pa.BufferOutputStream()
+        pq.write_table(table, encoded, compression=compression, **write_options)
         with open(tmp, "wb") as handle:
-            pq.write_table(table, handle, compression=compression, **write_options)
+            handle.write(encoded.getvalue())
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, final)
