@@ -29,15 +29,16 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from tracerl.instrumentation.parquet_exporter import CommitOnFlush
 from tracerl.instrumentation.processor import TracerlSpanProcessor
 
-# Processors whose on_start and _on_ending do nothing (tracerl's does its work in emit).
-_PASSIVE_AT_START = (BatchSpanProcessor, SimpleSpanProcessor, CommitOnFlush, TracerlSpanProcessor)
+# Processors whose on_start and _on_ending do nothing (tracerl's does its work in emit); exact
+# types, since a subclass may add an on_start.
+_PASSIVE_AT_START = frozenset({BatchSpanProcessor, SimpleSpanProcessor, CommitOnFlush, TracerlSpanProcessor})
 _RANDOM_TRACE_ID = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)  # W3C trace context level 2 (newer SDKs)
 
 
 def _route(tracer: Any) -> tuple[SynchronousMultiSpanProcessor, TracerlSpanProcessor | None] | None:
     """The processors to hand a finished span to, or None when only the SDK path is exact."""
-    if type(tracer) is not Tracer or not tracer._is_enabled():
-        return None
+    if type(tracer) is not Tracer or not getattr(tracer, "_is_enabled", lambda: True)():
+        return None  # (SDKs before tracer configurators disable by handing out no-op tracers)
     if type(getattr(tracer, "_tracer_metrics", None)).__name__ not in ("NoneType", "NoOpTracerMetrics"):
         return None  # the SDK counts started and ended spans in a meter: let it
     limits = tracer._span_limits
@@ -47,9 +48,9 @@ def _route(tracer: Any) -> tuple[SynchronousMultiSpanProcessor, TracerlSpanProce
     processors = getattr(multi, "_span_processors", None)
     if type(multi) is not SynchronousMultiSpanProcessor or not isinstance(processors, tuple):
         return None
-    if not all(isinstance(p, _PASSIVE_AT_START) for p in processors):
+    if not all(type(p) in _PASSIVE_AT_START for p in processors):
         return None
-    ours = next((p for p in processors if isinstance(p, TracerlSpanProcessor)), None)
+    ours = next((p for p in processors if type(p) is TracerlSpanProcessor), None)
     return multi, ours
 
 

@@ -116,3 +116,15 @@ def test_what_the_shortcut_cannot_reproduce_goes_through_the_sdk(setup):
     attributes = dict(ATTRIBUTES)
     assert not finished_span.emit(provider.get_tracer("tracerl"), "chat m", parent_context(), SpanKind.CLIENT, attributes, 1, 2)
     assert out.get_finished_spans() == ()  # nothing sent twice: the caller makes it the SDK's way
+
+
+class BatchWithOnStart(SimpleSpanProcessor):
+    """A subclass of a passive processor may not be passive."""
+
+    def on_start(self, span, parent_context=None):
+        span.set_attribute("team", "search")
+
+
+def test_a_subclass_of_a_passive_processor_is_not_taken_for_one():
+    provider, _ = provider_with(BatchWithOnStart(InMemorySpanExporter()))
+    assert not finished_span.emit(provider.get_tracer("tracerl"), "chat m", parent_context(), SpanKind.CLIENT, dict(ATTRIBUTES), 1, 2)
