@@ -58,16 +58,14 @@ def write_parquet_atomic(
     if isinstance(fs, pafs.LocalFileSystem):
         os.makedirs(folder, exist_ok=True)
         tmp = f"{folder}/.{name}.tmp"
-        # Encoded into Arrow's own buffer, then written in one call: pyarrow writing through a
-        # Python file object takes the GIL for every page it writes, and when the process's
-        # other threads are busy (an agent's calls, the collector's receivers) each of those
-        # hand-overs is paid in CPU: 4x the writer's own cost here (5 -> 20 ms per file).
-        encoded = pa.BufferOutputStream()
-        pq.write_table(table, encoded, compression=compression, **write_options)
-        with open(tmp, "wb") as handle:
-            handle.write(encoded.getvalue())
-            handle.flush()
-            os.fsync(handle.fileno())
+        # Written by Arrow's own file (C++): pyarrow writing through a Python file object takes
+        # the GIL for every page it writes, and when the process's other threads are busy (an
+        # agent's calls) each of those hand-overs is paid in CPU: 4x the writer's own cost here
+        # (5 -> 20 ms per file). Encoding into memory first avoided that too, but copied large
+        # files twice (the in-process exporter's throughput fell ~20 %).
+        with pa.OSFile(tmp, "wb") as handle:
+            pq.write_table(table, handle, compression=compression, **write_options)
+        fsync_file(tmp)
         os.replace(tmp, final)
         fsync_dir(folder)
     else:
@@ -75,6 +73,15 @@ def write_parquet_atomic(
         with fs.open_output_stream(final) as stream:
             pq.write_table(table, stream, compression=compression, **write_options)
     return final
+
+
+def fsync_file(path: str | os.PathLike) -> None:
+    """Make a written file's data durable (any descriptor of the file flushes it)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(folder: str | os.PathLike) -> None:
