@@ -12,8 +12,9 @@ The thread works in batches: woken by a job, it lets :data:`BATCH_DELAY_S` of fu
 jobs gather and then runs them all. A job run alone, between two stretches of the agent's
 own work, runs on cold caches (the same Python costs 3-5x a warm loop) and takes the GIL
 from the agent twice; a batch pays that once (``benchmarks/capture_overhead.py``: about
-half the thread's CPU per call at 200 ms). Jobs hold bytes, not parsed JSON, so waiting
-costs the garbage collector nothing. The thread still needs the GIL, so what the agent
+half the thread's CPU per call at 200 ms, and ~30 us per call less again at one second,
+the rhythm at which the batch span processor hands spans to the Parquet exporter anyway).
+Jobs hold bytes, not parsed JSON, so waiting costs the garbage collector nothing. The thread still needs the GIL, so what the agent
 saves is the recording's CPU on its own thread, not all contention. (Holding jobs back
 until the agent next blocks on the network was tried too: on a machine whose cores the
 LLM server shares, the jobs then compete with the server instead.)
@@ -35,7 +36,7 @@ from collections.abc import Callable
 logger = logging.getLogger(__name__)
 
 MAX_BACKLOG = 10_000
-BATCH_DELAY_S = 0.2
+BATCH_DELAY_S = 1.0
 
 Job = Callable[[], None]
 
