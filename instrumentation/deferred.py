@@ -14,10 +14,11 @@ own work, runs on cold caches (the same Python costs 3-5x a warm loop) and takes
 from the agent twice; a batch pays that once (``benchmarks/capture_overhead.py``: about
 half the thread's CPU per call at 200 ms, and ~30 us per call less again at one second,
 the rhythm at which the batch span processor hands spans to the Parquet exporter anyway).
-Jobs hold bytes, not parsed JSON, so waiting costs the garbage collector nothing. The thread still needs the GIL, so what the agent
-saves is the recording's CPU on its own thread, not all contention. (Holding jobs back
-until the agent next blocks on the network was tried too: on a machine whose cores the
-LLM server shares, the jobs then compete with the server instead.)
+Jobs hold bytes, not parsed JSON, so waiting costs the garbage collector nothing. The
+thread still needs the GIL, so what the agent saves is the recording's CPU on its own
+thread, not all contention. (Holding jobs back until the agent next blocks on the
+network was tried too: on a machine whose cores the LLM server shares, the jobs then
+compete with the server instead.)
 
 Nothing is lost to the deferral: :func:`drain` runs first in the tracer provider's
 ``force_flush`` and ``shutdown`` (tracerl's processor is put first), and at interpreter

@@ -77,16 +77,16 @@ def write_parquet_atomic(
 
 def fsync_file(path: str | os.PathLike) -> None:
     """Make a written file's data durable (any descriptor of the file flushes it)."""
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync(path, os.O_WRONLY)
 
 
 def fsync_dir(folder: str | os.PathLike) -> None:
     """Make a rename or a new file in ``folder`` itself durable (POSIX needs the directory synced)."""
-    fd = os.open(folder, os.O_RDONLY)
+    _fsync(folder, os.O_RDONLY)
+
+
+def _fsync(path: str | os.PathLike, flags: int) -> None:
+    fd = os.open(path, flags)
     try:
         os.fsync(fd)
     finally:
