@@ -28,9 +28,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from tracerl.collector import columns
 from tracerl.collector.columns import trace_table
-from tracerl.collector.loadgen import encode_batches, make_spans
 from tracerl.collector.otlp import trace_rows
 from tracerl.schemas.spans import spans_table
+from tracerl_testing.loadgen import encode_batches, make_spans
 
 
 def best_cpu_per_span(convert: Callable[[bytes], pa.Table], bodies: list[bytes], repeat: int) -> float:

@@ -41,8 +41,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from tracerl.collector.loadgen import encode_batches, make_spans
 from tracerl.instrumentation.parquet_exporter import ParquetSpanExporter
+from tracerl_testing.loadgen import encode_batches, make_spans
 
 GRPC_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 

@@ -25,10 +25,10 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tracerl.collector.otlp import trace_rows
-from tracerl.collector.loadgen import make_spans
 from tracerl.collector.service import TRACES
 from tracerl.schemas import attributes as A
 from tracerl.schemas.tokens import decode
+from tracerl_testing.loadgen import make_spans
 
 
 def best_rate(work: Callable[[], object], items: int, repeat: int) -> float:

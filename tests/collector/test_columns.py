@@ -17,11 +17,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from tracerl.collector import columns, otlp
 from tracerl.collector.columns import trace_table
-from tracerl.collector.loadgen import encode_batches, make_spans
 from tracerl.collector.service import TRACES
 from tracerl.schemas import attributes as A
 from tracerl.schemas.spans import SPANS_SCHEMA, spans_table
 from tracerl.schemas.tokens import pack_ids
+from tracerl_testing.loadgen import encode_batches, make_spans
 
 
 def _assert_same(request: ExportTraceServiceRequest) -> pa.Table:

@@ -18,10 +18,10 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tracerl.collector import wal
-from tracerl.collector.loadgen import encode_batches, make_spans
 from tracerl.collector.service import TRACES, CollectorConfig, replay_unused_wals, worker_wal_dir
 from tracerl.collector.server import CollectorServer, Endpoints
 from tracerl.storage import write_parquet_atomic
+from tracerl_testing.loadgen import encode_batches, make_spans
 
 
 def test_torn_tail_is_cut_off_and_complete_records_survive(tmp_path):

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from tracerl.collector.loadgen import encode_batches, make_spans
 from tracerl.collector.server import CollectorServer, Endpoints
 from tracerl.collector.service import CollectorConfig
+from tracerl_testing.loadgen import encode_batches, make_spans
 
 # The bystander exporter thread draws from `random` while hypothesis generates examples.
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")

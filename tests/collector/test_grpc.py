@@ -10,9 +10,9 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from tracerl.collector.loadgen import encode_batches, make_spans
 from tracerl.schemas import attributes as A
 from tracerl.schemas.tokens import decode
+from tracerl_testing.loadgen import encode_batches, make_spans
 
 
 def test_grpc_exporter_spans_arrive_losslessly(serve, read, tmp_path):

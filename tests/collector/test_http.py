@@ -16,9 +16,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from tracerl.collector.loadgen import encode_batches, make_spans
 from tracerl.schemas import attributes as A
 from tracerl.schemas.tokens import decode
+from tracerl_testing.loadgen import encode_batches, make_spans
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
 

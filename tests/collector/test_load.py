@@ -12,7 +12,7 @@ import httpx
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from tracerl.collector.loadgen import encode_batches, make_spans
+from tracerl_testing.loadgen import encode_batches, make_spans
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
 

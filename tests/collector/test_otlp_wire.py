@@ -22,11 +22,11 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyVa
 
 from tracerl.collector import _otlp_wire, columns, otlp
 from tracerl.collector.columns import trace_table
-from tracerl.collector.loadgen import encode_batches, make_spans
 from tracerl.collector.service import TRACES
 from tracerl.schemas import attributes as A
 from tracerl.schemas.spans import PROMOTED_ATTRIBUTES, TOKEN_COLUMNS, promote
 from tracerl.schemas.tokens import decode_array, pack_floats, pack_ids
+from tracerl_testing.loadgen import encode_batches, make_spans
 
 
 

@@ -19,7 +19,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from tracerl.collector.loadgen import make_spans
+from tracerl_testing.loadgen import make_spans
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from tracerl.collector.loadgen import make_spans
+from tracerl_testing.loadgen import make_spans
 
 
 def test_workers_share_ports_and_write_one_dataset(tmp_path, read):
