@@ -174,7 +174,7 @@ def main() -> None:
     from rich.progress import Progress
     from rich.table import Table
 
-    from tracerl.instrumentation.scripted_server import running_scripted_server
+    from tracerl_testing.scripted_server import running_scripted_server
 
     keys = ("path", "background", "total", "wall", "wall_added", "server_added", "call_cpu")
     results: dict[str, dict[str, list[float]]] = {c: {k: [] for k in keys} for c in CONFIGS}

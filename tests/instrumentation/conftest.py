@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tracerl.instrumentation import settings as S
-from tracerl.instrumentation.scripted_server import ScriptedServer, running_scripted_server
+from tracerl_testing.scripted_server import ScriptedServer, running_scripted_server
 from tracerl.instrumentation.setup import install_hooks
 
 

@@ -19,9 +19,9 @@ from opentelemetry import propagate
 
 import tracerl
 from tracerl.instrumentation.gateway import create_gateway_app
-from tracerl.instrumentation.scripted_server import serve_in_thread
 from tracerl.schemas import attributes as A
 from tracerl.schemas.tokens import decode
+from tracerl.uvicorn_thread import serve_in_thread
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "2+2?"}]}
 SECRET = "sk-gateway-SECRET-0123456789abcdef"

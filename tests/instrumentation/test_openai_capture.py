@@ -8,7 +8,7 @@ import openai
 import pytest
 
 from tracerl.instrumentation import token_capture
-from tracerl.instrumentation.scripted_server import POLICY_VERSION
+from tracerl_testing.scripted_server import POLICY_VERSION
 from tracerl.schemas import attributes as A
 from tracerl.schemas.tokens import decode
 

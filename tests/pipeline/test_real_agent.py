@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tracerl.instrumentation.scripted_server import running_scripted_server
+from tracerl_testing.scripted_server import running_scripted_server
 from tracerl.pipeline import build_dataset, dataset_table
 
 AGENT = """

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,11 +20,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tracerl.schemas import attributes as A
+from tracerl.uvicorn_thread import serve_in_thread
 
 EOS_ID = 256
 POLICY_VERSION = 7
@@ -134,7 +135,7 @@ class ScriptedServer:
         lps = [logprob_at(i) for i in range(len(ids))]
         self.calls.append(Call(request.url.path, body, prompt_ids, ids, lps))
         call_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
-        headers = {"x-tracerl-policy-version": str(POLICY_VERSION)}
+        headers = {A.POLICY_VERSION_HEADER: str(POLICY_VERSION)}
         if body.get("stream"):
             chunks = self._chunks(body, chat, call_id, reply, out_text, prompt_ids, ids, lps)
             return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
@@ -236,31 +237,8 @@ class ScriptedServer:
 
 
 @contextmanager
-def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
-    """Run an ASGI app with uvicorn in a background thread; yield ``http://host:port``.
-
-    Port 0 lets the OS pick a free port, read back from the listening socket.
-    """
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="auto"))
-    thread = threading.Thread(target=server.run, name="uvicorn-in-thread", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            server.should_exit = True
-            raise RuntimeError(f"server on {host}:{port} did not start")
-        time.sleep(0.01)
-    bound = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://{host}:{bound}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
-@contextmanager
 def running_scripted_server(responder: Responder = default_responder, latency_s: float = 0.0) -> Iterator[ScriptedServer]:
     server = ScriptedServer(responder, latency_s)
-    with serve_in_thread(server.app) as url:
+    with serve_in_thread(server.app, name="scripted-server") as url:
         server.base_url = f"{url}/v1"
         yield server
