@@ -24,13 +24,22 @@ REWARD_NAME = "tracerl.reward.name"
 
 EPISODE_SPAN_NAME = "tracerl.episode"
 
+# OpenTelemetry GenAI semantic conventions (gen_ai.*)
 GEN_AI_SYSTEM = "gen_ai.system"
+GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"  # successor of gen_ai.system (semconv 1.37)
 GEN_AI_OPERATION = "gen_ai.operation.name"
 GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
 GEN_AI_RESPONSE_ID = "gen_ai.response.id"
 GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
 GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
+# GEN_AI_INPUT/OUTPUT_MESSAGES hold JSON: [{"role", "parts": [{"type": "text", "content"} |
+# {"type": "tool_call", "id", "name", "arguments"}]}]
+GEN_AI_MESSAGE_PARTS = "parts"
+GEN_AI_PART_TYPE = "type"
+GEN_AI_TOOL_CALL_PART = "tool_call"  # the type of a part that is a tool call
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
 
 # Episode-level attributes travel as W3C baggage so that every span of an episode,
 # in any process, carries them (see tracerl.instrumentation).
@@ -49,3 +58,37 @@ POLICY_VERSION_HEADER = "x-tracerl-policy-version"
 # Set on an LLM call that has no exact token ids, with the reason (the pipeline counts
 # these calls as skipped instead of guessing tokens).
 TOKEN_IDS_MISSING = "tracerl.llm.token_ids_missing"
+
+# OpenTelemetry general semantic conventions
+ERROR_TYPE = "error.type"
+DB_SYSTEM = "db.system"
+DB_SYSTEM_NAME = "db.system.name"  # successor of db.system
+
+# OpenLLMetry (traceloop): messages flattened one attribute per field,
+# OPENLLMETRY_PROMPTS.{i}.role / .content, OPENLLMETRY_COMPLETIONS.{i}.tool_calls.{j}.arguments
+OPENLLMETRY_PROMPTS = "gen_ai.prompt"
+OPENLLMETRY_COMPLETIONS = "gen_ai.completion"
+OPENLLMETRY_TOOL_CALLS = "tool_calls"  # under a flattened message
+OPENLLMETRY_TOOL_CALL_ID = "id"  # under a flattened tool call
+OPENLLMETRY_TOOL_CALL_NAME = "name"
+OPENLLMETRY_TOOL_CALL_ARGUMENTS = "arguments"
+OPENLLMETRY_REQUEST_TYPE = "llm.request.type"  # chat, completion, embedding...
+TRACELOOP_SPAN_KIND = "traceloop.span.kind"  # workflow, task, agent, tool
+TRACELOOP_ENTITY_OUTPUT = "traceloop.entity.output"
+
+# OpenInference (Arize): messages flattened one attribute per field under a "message." level,
+# OPENINFERENCE_INPUT_MESSAGES.{i}.message.role,
+# OPENINFERENCE_OUTPUT_MESSAGES.{i}.message.tool_calls.{j}.tool_call.function.arguments
+OPENINFERENCE_SPAN_KIND = "openinference.span.kind"  # LLM, TOOL, CHAIN, AGENT...
+OPENINFERENCE_INPUT_MESSAGES = "llm.input_messages"
+OPENINFERENCE_OUTPUT_MESSAGES = "llm.output_messages"
+OPENINFERENCE_MESSAGE = "message"  # the level under each flattened message index
+OPENINFERENCE_MESSAGE_TOOL_CALLS = "tool_calls"  # under OPENINFERENCE_MESSAGE
+OPENINFERENCE_TOOL_CALL_ID = "tool_call.id"  # under a flattened tool call
+OPENINFERENCE_TOOL_CALL_NAME = "tool_call.function.name"
+OPENINFERENCE_TOOL_CALL_ARGUMENTS = "tool_call.function.arguments"
+OPENINFERENCE_OUTPUT_VALUE = "output.value"
+
+# agentops
+AGENTOPS_SPAN_KIND = "agentops.span.kind"  # llm, tool, agent...
+AGENTOPS_REQUEST_TYPE = "gen_ai.request.type"  # agentops' older layout of OPENLLMETRY_REQUEST_TYPE
