@@ -14,26 +14,17 @@ import ctypes
 import logging
 import multiprocessing
 import signal
-import socket
 import threading
 from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import wait
 
-from tracerl.collector.server import CollectorServer, Endpoints
+from tracerl.collector.server import CollectorServer, Endpoints, bind
 from tracerl.collector.service import CollectorConfig, replay_unused_wals
 
 log = logging.getLogger("tracerl.collector")
 
 _PR_SET_PDEATHSIG = 1
-
-
-def _reserve(host: str, port: int) -> socket.socket:
-    """Bind (without listening) so a port-0 request becomes one fixed port the workers share."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    return sock
 
 
 def _worker(config: CollectorConfig, endpoints: Endpoints, index: int, ready, log_level: int) -> None:
@@ -47,8 +38,9 @@ def serve_workers(config: CollectorConfig, endpoints: Endpoints, workers: int,
                   on_ready: Callable[[int, int | None], None]) -> None:
     """Run ``workers`` collector processes until SIGTERM/SIGINT; ``on_ready(http_port, grpc_port)``."""
     replay_unused_wals(config, workers)
-    http_sock = _reserve(endpoints.host, endpoints.http_port)
-    grpc_sock = _reserve(endpoints.host, endpoints.grpc_port) if endpoints.grpc_port is not None else None
+    # bound but not listening: a port-0 request becomes one fixed port that the workers share
+    http_sock = bind(endpoints.host, endpoints.http_port, reuse_port=True)
+    grpc_sock = bind(endpoints.host, endpoints.grpc_port, reuse_port=True) if endpoints.grpc_port is not None else None
     shared = replace(
         endpoints,
         http_port=http_sock.getsockname()[1],
