@@ -25,7 +25,7 @@ def train(
     clip_epsilon: float = typer.Option(0.2, "--clip"),
 ) -> None:
     """One clipped policy-gradient pass of the torch backend over a dataset."""
-    from tracerl.trainer.torch_backend import EmptyDatasetError, PolicyTrainer, TrainConfig, read_dataset
+    from tracerl.trainer.training.torch_backend import EmptyDatasetError, PolicyTrainer, TrainConfig, read_dataset
 
     if not (model / "config.json").exists():
         raise typer.BadParameter(f"{model} is not a Hugging Face checkpoint (no config.json)", param_hint="--model")
@@ -61,8 +61,8 @@ def demo(
     learning_rate: float = typer.Option(1e-3, "--lr"),
 ) -> None:
     """Run the whole loop: agent -> spans -> dataset -> training -> refreshed endpoint, round after round."""
-    from tracerl.trainer.demo import DemoConfig, run_demo
-    from tracerl.trainer.torch_backend import TrainConfig
+    from tracerl.trainer.demo.loop import DemoConfig, run_demo
+    from tracerl.trainer.training.torch_backend import TrainConfig
 
     cfg = DemoConfig(
         out=out, rounds=rounds, tasks_per_round=tasks_per_round, group_size=group_size,
@@ -102,7 +102,7 @@ def serve(
     """Serve a policy over the OpenAI API (chat, completions) with token ids, log-probs and policy versions."""
     import uvicorn
 
-    from tracerl.trainer.server import create_app
+    from tracerl.trainer.serving.app import create_app
 
     if model is not None and not (model / "config.json").is_file():
         raise typer.BadParameter(f"{model} is not a Hugging Face model dir (no config.json)", param_hint="--model")

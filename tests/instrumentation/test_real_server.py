@@ -15,7 +15,7 @@ MESSAGES = [{"role": "user", "content": "Add 2 and 3."}]
 
 @pytest.fixture(scope="module")
 def policy():
-    server = pytest.importorskip("tracerl.trainer.server")
+    server = pytest.importorskip("tracerl.trainer.serving.app")
     with server.running_server() as running:
         yield running
 

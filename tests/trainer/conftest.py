@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tracerl.trainer.server import running_server
+from tracerl.trainer.serving.app import running_server
 
 
 @pytest.fixture(scope="session")

@@ -30,8 +30,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tracerl.trainer import tool_parser
-from tracerl.trainer.generation import (
+from tracerl.trainer.serving import tool_parser
+from tracerl.trainer.serving.engine import (
     ChoiceResult,
     GenerationEngine,
     GenerationError,
@@ -40,14 +40,14 @@ from tracerl.trainer.generation import (
     TokenStep,
     WeightLoadError,
 )
-from tracerl.trainer.openai_protocol import (
+from tracerl.trainer.serving.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     LoadWeightsRequest,
     RequestError,
     parse_request,
 )
-from tracerl.trainer.prompts import chat_prompt_ids, completion_prompt_ids
+from tracerl.trainer.serving.prompts import chat_prompt_ids, completion_prompt_ids
 
 VERSION_HEADER = "x-tracerl-policy-version"
 _MIN_LOGPROB = -9999.0  # JSON has no -inf; vLLM clamps the same way

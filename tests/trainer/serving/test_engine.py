@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tracerl.trainer.generation import GenerationEngine, GenerationError, SamplingParams
+from tracerl.trainer.serving.engine import GenerationEngine, GenerationError, SamplingParams
 from tracerl.trainer.tiny_model import ensure_tiny_model
 
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tracerl.trainer.server import VERSION_HEADER, running_server
+from tracerl.trainer.serving.app import VERSION_HEADER, running_server
 from tracerl.trainer.tiny_model import ensure_tiny_model
 
 QUESTION = [{"role": "user", "content": "task: add 3 4"}]

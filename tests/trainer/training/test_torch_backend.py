@@ -9,7 +9,7 @@ import torch
 
 from tracerl.schemas import DATASET_SCHEMA
 from tracerl.trainer.tiny_model import build_tiny_model
-from tracerl.trainer.torch_backend import (
+from tracerl.trainer.training.torch_backend import (
     EmptyDatasetError,
     PolicyTrainer,
     TrainConfig,

@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from tracerl.trainer.server import running_server
+from tracerl.trainer.serving.app import running_server
 
 
 USER = [{"role": "user", "content": "hi"}]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tracerl.trainer import tool_parser
+from tracerl.trainer.serving import tool_parser
 
 
 def test_text_without_a_call_is_not_a_tool_reply():

@@ -2,7 +2,7 @@
 
 Each round:
 
-1. the demo agent (an ordinary OpenAI-client program, :mod:`tracerl.trainer.demo_agent`)
+1. the demo agent (an ordinary OpenAI-client program, :mod:`tracerl.trainer.demo.agent`)
    runs under ``tracerl run`` against the policy endpoint: held-out tasks greedily,
    training tasks sampled ``group_size`` times each. Capture is switched on by
    environment variables only, exactly as a user's agent;
@@ -30,9 +30,9 @@ from pathlib import Path
 import duckdb
 import httpx
 
-from tracerl.trainer import demo_task
+from tracerl.trainer.demo import task as demo_task
 from tracerl.trainer.tiny_model import build_tiny_model, default_cache_dir
-from tracerl.trainer.torch_backend import PolicyTrainer, TrainConfig, read_dataset, supervised_samples
+from tracerl.trainer.training.torch_backend import PolicyTrainer, TrainConfig, read_dataset, supervised_samples
 
 DEMO_POLICY_VERSION = 4  # bump when the warm-start recipe changes
 
@@ -98,7 +98,7 @@ def run_agent(tasks_file: Path, data_dir: Path, base_url: str) -> None:
         "TRACERL_DATA_DIR": str(data_dir),
         "OTEL_SERVICE_NAME": "tracerl-demo-agent",
     }
-    command = [sys.executable, "-m", "tracerl", "run", "--", sys.executable, "-m", "tracerl.trainer.demo_agent", str(tasks_file)]
+    command = [sys.executable, "-m", "tracerl", "run", "--", sys.executable, "-m", "tracerl.trainer.demo.agent", str(tasks_file)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise AgentRunError(f"the demo agent exited with {done.returncode}:\n{done.stderr[-4000:]}")
@@ -144,7 +144,7 @@ def plot_reward_curve(rows: list[dict], path: Path) -> None:
 def run_demo(cfg: DemoConfig, on_phase: Callable[[int, str], None] | None = None) -> list[dict]:
     """Run ``cfg.rounds`` training rounds (plus round 0); return the metrics rows."""
     from tracerl.pipeline import build_dataset
-    from tracerl.trainer.server import running_server
+    from tracerl.trainer.serving.app import running_server
 
     def phase(rnd: int, text: str) -> None:
         if on_phase:

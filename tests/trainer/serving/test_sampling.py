@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tracerl.trainer.generation import SamplingParams, draw_tokens
+from tracerl.trainer.serving.engine import SamplingParams, draw_tokens
 
 LOGITS = torch.tensor([2.0, 1.0, 0.5, -1.0, 0.0])
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
-from tracerl.trainer import tool_parser
-from tracerl.trainer.openai_protocol import ChatCompletionRequest, CompletionRequest, RequestError
+from tracerl.trainer.serving import tool_parser
+from tracerl.trainer.serving.protocol import ChatCompletionRequest, CompletionRequest, RequestError
 
 
 def chat_prompt_ids(tokenizer, request: ChatCompletionRequest) -> list[int]:

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from tracerl.trainer import demo_task
-from tracerl.trainer.demo import DemoConfig, run_demo
+from tracerl.trainer.demo import task as demo_task
+from tracerl.trainer.demo.loop import DemoConfig, run_demo
 from tracerl.trainer.tiny_model import build_tiny_model
-from tracerl.trainer.torch_backend import TrainConfig
+from tracerl.trainer.training.torch_backend import TrainConfig
 
 
 def test_demo_task_rewards_only_the_true_result():

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracerl.schemas import DATASET_SCHEMA
-from tracerl.trainer.server import running_server
+from tracerl.trainer.serving.app import running_server
 from tracerl.trainer.tiny_model import build_tiny_model
 
 

@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from tracerl.trainer.server import VERSION_HEADER
+from tracerl.trainer.serving.app import VERSION_HEADER
 
 CHAT = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "task: add 3 4"}]
 
@@ -227,7 +227,7 @@ def test_async_client_streams(server):
 
 def test_create_app_is_a_plain_asgi_app():
     """Mounted without a lifespan (here: httpx's in-process transport), it still serves."""
-    from tracerl.trainer.server import create_app
+    from tracerl.trainer.serving.app import create_app
 
     app = create_app(served_model_name="in-process")
 

@@ -1,11 +1,11 @@
 """The demo's agent: an ordinary OpenAI-client program, unaware of training.
 
 It is run the way users run theirs, ``tracerl run -- python -m
-tracerl.trainer.demo_agent ...``, so capture is switched on by environment
+tracerl.trainer.demo.agent ...``, so capture is switched on by environment
 variables alone. The only tracerl calls are the two any agent adds to be trained:
 :func:`tracerl.episode` around a task and :func:`tracerl.emit_reward` at its end.
 
-Usage: ``python -m tracerl.trainer.demo_agent TASKS.jsonl [--temperature T]``, with
+Usage: ``python -m tracerl.trainer.demo.agent TASKS.jsonl [--temperature T]``, with
 ``OPENAI_BASE_URL`` pointing at the policy endpoint. Each task line may carry its
 own ``temperature`` (held-out evaluation is greedy, training samples).
 """
@@ -22,7 +22,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 import tracerl
-from tracerl.trainer.demo_task import Task, UnknownToolError, first_messages, reward, run_tool, second_messages
+from tracerl.trainer.demo.task import Task, UnknownToolError, first_messages, reward, run_tool, second_messages
 
 tracer = trace.get_tracer("tracerl.demo_agent")
 

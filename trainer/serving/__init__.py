@@ -1,0 +1,1 @@
+"""The OpenAI-compatible policy server (``tracerl serve``): app, decoding engine, protocol, replies."""

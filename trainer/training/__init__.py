@@ -1,0 +1,1 @@
+"""Training on the transitions dataset: configuration, dataset reading, the torch backend, checkpoints."""
