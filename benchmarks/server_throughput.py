@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from tracerl.trainer.server import running_server
+from tracerl.trainer.serving.app import running_server
 
 
 def run_load(base_url: str, clients: int, requests: int, max_tokens: int) -> dict:
@@ -66,7 +66,7 @@ def main() -> None:
             for clients in args.clients:
                 rows[mode, clients] = run_load(server.base_url, clients, args.requests, args.max_tokens)
 
-    print(f"{args.requests} chat requests, max_tokens={args.max_tokens}, tiny model, decode threads={args.threads or "torch default"}")
+    print(f"{args.requests} chat requests, max_tokens={args.max_tokens}, tiny model, decode threads={args.threads or 'torch default'}")
     print(f"{'clients':>7} | {'mode':>7} | {'req/s':>7} | {'tok/s':>7} | {'p50 s':>6} || batched/serial tok/s")
     for clients in args.clients:
         for mode in ("batched", "serial"):
