@@ -4,7 +4,9 @@ a well-behaved client exporting at the same time."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 
 import httpx
 import pytest
@@ -24,31 +26,65 @@ VALID = encode_batches(make_spans(8, llm_every=2, seed=21))[0]
 OK_STATUSES = {200, 400, 413, 415}
 
 
+class Bystander:
+    """A real exporter sending a small batch every 50 ms from its own thread.
+
+    What goes wrong in that thread (a failed export, an exception, nothing sent at all)
+    is raised by :meth:`stop` in the caller's thread, where pytest sees it: an ``assert``
+    in the thread itself would only be printed.
+    """
+
+    def __init__(self, url: str, timeout_s: float = 10) -> None:
+        self.exporter = OTLPSpanExporter(endpoint=f"{url}/v1/traces", timeout=timeout_s)
+        self.batches = [make_spans(5, seed=seed) for seed in range(20)]
+        self.sent = 0
+        self.failures: list[SpanExportResult] = []
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bystander")
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if (result := self.exporter.export(self.batches[self.sent % len(self.batches)])) is not SpanExportResult.SUCCESS:
+                    self.failures.append(result)
+                self.sent += 1
+                self._stop.wait(0.05)
+        except BaseException as exc:  # handed to stop(), in the test's thread
+            self.error = exc
+
+    def start(self) -> Bystander:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self.error is not None:
+            raise AssertionError(f"the bystander exporter raised after {self.sent} exports") from self.error
+        assert self.sent > 0, "the bystander exporter sent nothing"
+        assert not self.failures, f"{len(self.failures)} of the bystander's {self.sent} exports failed"
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    """A collector that a well-behaved exporter keeps using while the tests fuzz it; the
+    module's last teardown fails if any of that exporter's exports failed."""
     out = tmp_path_factory.mktemp("fuzz") / "data"
     with CollectorServer(CollectorConfig(out=str(out), max_body_bytes=1 << 20), Endpoints(http_port=0, grpc_port=None)) as srv:
-        stop = threading.Event()
-        failures: list[SpanExportResult] = []
-
-        batches = [make_spans(5, seed=seed) for seed in range(20)]
-
-        def bystander() -> None:  # a real exporter, unaffected by the fuzzing around it
-            exporter = OTLPSpanExporter(endpoint=f"{srv.http_url()}/v1/traces")
-            sent = 0
-            while not stop.is_set():
-                if (result := exporter.export(batches[sent % len(batches)])) is not SpanExportResult.SUCCESS:
-                    failures.append(result)
-                sent += 1
-                stop.wait(0.05)
-            assert sent > 0
-
-        thread = threading.Thread(target=bystander)
-        thread.start()
+        bystander = Bystander(srv.http_url()).start()
         yield srv
-        stop.set()
-        thread.join()
-        assert not failures
+        bystander.stop()
+
+
+def test_the_bystander_reports_what_went_wrong_in_its_thread():
+    with socket.socket() as closed:  # bound, never listening: every connection is refused
+        closed.bind(("127.0.0.1", 0))
+        bystander = Bystander(f"http://127.0.0.1:{closed.getsockname()[1]}", timeout_s=0.5).start()
+        while not bystander.sent:
+            time.sleep(0.01)
+        with pytest.raises(AssertionError, match=r"exports failed"):
+            bystander.stop()
 
 
 def _post(server: CollectorServer, path: str, body: bytes, content_type: str, encoding: str | None = None) -> httpx.Response:
