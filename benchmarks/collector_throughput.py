@@ -205,6 +205,20 @@ def start_agl(agl: str) -> tuple[subprocess.Popen, int]:
     return proc, port
 
 
+def peer_version(agl: str | None) -> str | None:
+    """The ``agentlightning`` version installed beside the ``agl`` executable, asked of that
+    virtualenv's own interpreter (importlib.metadata); None when it is not installed there."""
+    found = shutil.which(agl) if agl else None
+    python = Path(found).parent / "python" if found else None
+    if python is None or not python.exists():
+        return None
+    asked = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('agentlightning'))"],
+        capture_output=True, text=True,
+    )
+    return asked.stdout.strip() if asked.returncode == 0 else None
+
+
 def stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:
@@ -237,14 +251,16 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="collector-bench-"))
     resource = {}
     agl_proc = None
-    if args.agl and shutil.which(args.agl):
-        agl_proc, agl_port = start_agl(args.agl)
+    agl_version = peer_version(args.agl)
+    if agl_version is not None:
+        print(f"peer: agentlightning {agl_version} ({shutil.which(args.agl)})")
+        agl_proc, agl_port = start_agl(shutil.which(args.agl))
         # the store only keeps spans of a rollout it knows: start one, tag every span with it
         rollout = httpx.post(f"http://127.0.0.1:{agl_port}/v1/agl/rollouts", json={"input": {"task": "bench"}}).json()
         resource = {"agentlightning.rollout_id": rollout["rollout_id"],
                     "agentlightning.attempt_id": rollout["attempt"]["attempt_id"]}
     else:
-        print(f"peer skipped: agentlightning's `agl` not found (--agl {args.agl!r}); install it in its own venv:\n"
+        print(f"peer: agentlightning not installed beside `agl` (--agl {args.agl!r}), skipped; install it in its own venv:\n"
               "  python3 -m venv /tmp/aglvenv && /tmp/aglvenv/bin/pip install torch==2.13.0 agentlightning==0.3.0")
 
     spans = make_spans(args.batch * args.batches, packed=args.tokens == "packed", resource=resource)
@@ -281,7 +297,7 @@ def main() -> None:
 
         if agl_proc is not None:
             closed_loop("warm-up", http_sender(agl_port, 1, bodies), n, args.batch, 1, 1.0)
-            results.append(closed_loop("(b) agentlightning 0.3.0 store, OTLP/HTTP", http_sender(agl_port, args.clients, bodies),
+            results.append(closed_loop(f"(b) agentlightning {agl_version} store, OTLP/HTTP", http_sender(agl_port, args.clients, bodies),
                                        n, args.batch, args.clients, args.duration, (agl_proc.pid, True)))
     finally:
         if agl_proc is not None:
