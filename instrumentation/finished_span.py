@@ -1,6 +1,6 @@
 """Hand an LLM call's span, already over, to the provider's span processors.
 
-tracerl makes its own LLM-call spans after the fact (:mod:`tracerl.instrumentation.deferred`),
+tracerl makes its own LLM-call spans after the fact (:mod:`tracerl.instrumentation.span_finisher`),
 with the call's own start and end times. Nothing happens between that span's start and its
 end, so the SDK's machinery for a live span (a lock, every attribute validated as it is
 written, the processors' ``on_start``, then ``end`` copying it all into a ``ReadableSpan``)

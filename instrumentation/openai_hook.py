@@ -25,7 +25,7 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span, SpanKind
 from wrapt import wrap_function_wrapper
 
-from tracerl.instrumentation import deferred, finished_span, llm_span
+from tracerl.instrumentation import finished_span, llm_span, span_finisher
 from tracerl.instrumentation import token_capture as tc
 from tracerl.instrumentation.processor import agent_name, is_llm_span, llm_span_chain
 from tracerl.instrumentation.settings import settings
@@ -54,7 +54,7 @@ def install() -> None:
 
 
 def _report() -> None:
-    deferred.drain()  # the counts of calls whose spans are still being finished
+    span_finisher.drain()  # the counts of calls whose spans are still being finished
     line = tc.STATS.report()
     if line:
         logger.warning(line)
@@ -96,7 +96,7 @@ class _Capture:
     When another instrumentation (OpenLLMetry, agentops) made the call's span, the tokens
     go on it at once: it ends that span as soon as the SDK returns. Otherwise the span is
     tracerl's own, and all of its making is deferred off the calling thread
-    (:mod:`tracerl.instrumentation.deferred`): here only the times, the parent context, the
+    (:mod:`tracerl.instrumentation.span_finisher`): here only the times, the parent context, the
     agent name (asked of the framework hooks, which read the calling thread's context) and
     the request's and response's bytes are kept. Bytes, not parsed JSON: they are immutable
     (unlike the agent's message list), and a job holding no containers adds nothing to the
@@ -182,7 +182,7 @@ class _Capture:
                 tc.record(llm_span_chain(self.span), self.plan, tokens, settings().token_encoding)
             return
         end_ns = time.time_ns()
-        deferred.submit(lambda: self._make_span(read, error, end_ns))
+        span_finisher.submit(lambda: self._make_span(read, error, end_ns))
 
     def _make_span(self, read: Read | None, error: bool, end_ns: int) -> None:
         """tracerl's span of this call, made whole in one go (on the finisher thread)."""

@@ -19,7 +19,7 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from tracerl.instrumentation import deferred
+from tracerl.instrumentation import span_finisher
 from tracerl.instrumentation.privacy import ContentPolicy, PolicedAttributes, police
 from tracerl.instrumentation.settings import Settings
 from tracerl.schemas import attributes as A
@@ -131,7 +131,7 @@ class TracerlSpanProcessor(SpanProcessor):
     # spans still being finished off the calling thread must end before the exporting
     # processors flush or shut down.
     def shutdown(self) -> None:
-        deferred.drain()
+        span_finisher.drain()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return deferred.drain(timeout_millis / 1000)
+        return span_finisher.drain(timeout_millis / 1000)

@@ -21,7 +21,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from tracerl.instrumentation import deferred, frameworks, openai_hook
+from tracerl.instrumentation import frameworks, openai_hook, span_finisher
 from tracerl.instrumentation.parquet_exporter import CommitOnFlush, ParquetSpanExporter
 from tracerl.instrumentation.processor import TracerlSpanProcessor
 from tracerl.instrumentation.settings import CAPTURE_CONTENT_ENV, PARQUET_HANDOVER_MS, Settings, settings
@@ -77,7 +77,7 @@ def _add_first(provider: TracerProvider, processor: TracerlSpanProcessor) -> Non
     lock = getattr(multi, "_lock", None)
     if not isinstance(processors, tuple) or lock is None:
         provider.add_span_processor(processor)
-        deferred.FINISHER.synchronous = True
+        span_finisher.FINISHER.synchronous = True
         return
     with lock:
         multi._span_processors = (processor, *multi._span_processors)

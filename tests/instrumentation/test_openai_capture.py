@@ -188,15 +188,3 @@ def test_suppressed_instrumentation_records_and_asks_nothing(spans, server):
         client.chat.completions.create(model="m", messages=MESSAGES)
     assert "return_token_ids" not in server.calls[0].request and llm_spans(spans) == []
 
-
-def test_a_flush_from_inside_a_finishing_span_does_not_wait_for_itself(spans):
-    import time
-
-    from opentelemetry import trace
-
-    from tracerl.instrumentation import deferred
-
-    results = []
-    started = time.monotonic()
-    deferred.submit(lambda: results.append(trace.get_tracer_provider().force_flush()))
-    assert deferred.drain(10) and results == [True] and time.monotonic() - started < 5

@@ -1,4 +1,4 @@
-"""Finish LLM-call spans off the agent's calling thread, in batches.
+"""The span finisher: LLM-call spans are made off the agent's calling thread, in batches.
 
 What an agent waits for on each LLM call should be the call, not its recording. The hook
 therefore does on the calling thread only what cannot wait (rewrite the request, strip
@@ -42,7 +42,7 @@ BATCH_DELAY_S = 1.0
 Job = Callable[[], None]
 
 
-class Finisher:
+class SpanFinisher:
     """One daemon thread running submitted jobs in order; :meth:`drain` waits for all.
 
     A ``queue.SimpleQueue`` (C, no Python-level lock) keeps :meth:`submit` to a put on
@@ -113,7 +113,7 @@ def _run(job: Job) -> None:
         logger.exception("tracerl: finishing an LLM-call span failed")
 
 
-FINISHER = Finisher()
+FINISHER = SpanFinisher()
 submit = FINISHER.submit
 drain = FINISHER.drain
 
