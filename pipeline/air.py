@@ -23,6 +23,7 @@ from pathlib import Path
 import duckdb
 
 from tracerl.pipeline.source import PipelineInputError
+from tracerl.schemas import attributes as A
 
 TARGETS = ("requesting_call", "self", "episode_end")
 
@@ -40,8 +41,8 @@ class Rule:
 
 
 _TOOL_OUTPUT = (
-    "lower(coalesce(attr(attributes, 'gen_ai.tool.call.result'), attr(attributes, 'output.value'), "
-    "attr(attributes, 'traceloop.entity.output'), ''))"
+    f"lower(coalesce(attr(attributes, '{A.GEN_AI_TOOL_CALL_RESULT}'), attr(attributes, '{A.OPENINFERENCE_OUTPUT_VALUE}'), "
+    f"attr(attributes, '{A.TRACELOOP_ENTITY_OUTPUT}'), ''))"
 )
 
 # The cheap LIKE tests come first: DuckDB then parses the attribute JSON only of the
@@ -53,10 +54,10 @@ DEFAULT_RULES = (
     Rule(
         "sql_error",
         "coalesce(status_code, '') <> 'ERROR' AND ("
-        "(is_tool AND lower(coalesce(attr(attributes, 'gen_ai.tool.name'), name)) LIKE '%sql%' "
+        f"(is_tool AND lower(coalesce(attr(attributes, '{A.GEN_AI_TOOL_NAME}'), name)) LIKE '%sql%' "
         f"AND regexp_matches({_TOOL_OUTPUT}, '(^|[^a-z])(error|exception)')) "
-        "OR (attributes LIKE '%\"db.system%' AND attributes LIKE '%\"error.type\"%' "
-        "AND coalesce(attr(attributes, 'db.system'), attr(attributes, 'db.system.name')) IS NOT NULL))",
+        f"OR (attributes LIKE '%\"{A.DB_SYSTEM}%' AND attributes LIKE '%\"{A.ERROR_TYPE}\"%' "
+        f"AND coalesce(attr(attributes, '{A.DB_SYSTEM}'), attr(attributes, '{A.DB_SYSTEM_NAME}')) IS NOT NULL))",
         -0.1,
         "requesting_call",
     ),
@@ -72,7 +73,7 @@ DEFAULT_RULES = (
     Rule(
         "timeout",
         "regexp_matches(lower(coalesce(status_message, '')), 'timed? ?out') "
-        "OR (attributes LIKE '%imeout%' AND regexp_matches(lower(coalesce(attr(attributes, 'error.type'), '')), 'timeout')) "
+        f"OR (attributes LIKE '%imeout%' AND regexp_matches(lower(coalesce(attr(attributes, '{A.ERROR_TYPE}'), '')), 'timeout')) "
         "OR coalesce(events, '') LIKE '%TimeoutError%'",
         -0.1,
         "requesting_call",

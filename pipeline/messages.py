@@ -1,11 +1,10 @@
-"""Chat messages of an LLM call, from whichever layout the instrumentation used.
+"""Chat messages of an LLM call, from whichever content layout the instrumentation used.
 
-Three layouts exist in the wild: the current GenAI convention keeps the messages as
-one JSON attribute (``gen_ai.input.messages``); OpenLLMetry and older GenAI
-conventions flatten them into ``gen_ai.prompt.{i}.role``, ``gen_ai.completion.{i}
-.tool_calls.{j}.arguments``...; OpenInference flattens into ``llm.input_messages.{i}
-.message.role``. The dataset always stores a JSON list of ``{role, content,
-tool_calls?}`` so that consumers read one shape.
+The layouts are declared in :mod:`tracerl.pipeline.layouts`. A JSON layout's messages
+go into the dataset as recorded; a flattened layout's attributes (``gen_ai.prompt.0.role``,
+``llm.output_messages.0.message.tool_calls.1.tool_call.function.arguments``...) are
+nested back into a JSON list of ``{role, content, tool_calls?: [{id, name, arguments}]}``,
+so that consumers read one shape per layout family (:func:`chat_messages` reads both).
 """
 
 from __future__ import annotations
@@ -14,11 +13,9 @@ import json
 import re
 from typing import Any
 
-# prefix of the flattened input and output messages, per layout
-_FLAT_LAYOUTS = {
-    "gen_ai": ("gen_ai.prompt.", "gen_ai.completion."),
-    "openinference": ("llm.input_messages.", "llm.output_messages."),
-}
+from tracerl.pipeline.layouts import ContentLayout
+from tracerl.schemas import attributes as A
+
 _INDEX = re.compile(r"^(\d+)\.(.+)$")
 
 
@@ -46,47 +43,47 @@ def _lists(node: Any) -> Any:
     return converted
 
 
-def _openinference_message(node: dict[str, Any]) -> dict[str, Any]:
-    message = dict(node.get("message", node))
-    calls = message.pop("tool_calls", None)
+def _at(node: Any, path: str) -> Any:
+    """``node["a"]["b"]`` for ``path`` "a.b" (None where a level is missing)."""
+    for part in path.split(".") if path else ():
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def _message(node: dict[str, Any], layout: ContentLayout) -> dict[str, Any]:
+    """One nested message in the dataset's shape: the layout's message level removed, tool calls as {id, name, arguments}."""
+    message = dict(_at(node, layout.message) or {}) if layout.message else dict(node)
+    calls = message.pop(layout.tool_calls, None)
     if isinstance(calls, list):
         message["tool_calls"] = [
-            {
-                "id": call.get("tool_call", call).get("id"),
-                "name": call.get("tool_call", call).get("function", {}).get("name"),
-                "arguments": call.get("tool_call", call).get("function", {}).get("arguments"),
-            }
+            {"id": _at(call, layout.tool_call_id), "name": _at(call, layout.tool_call_name),
+             "arguments": _at(call, layout.tool_call_arguments)}
             for call in calls
             if isinstance(call, dict)
         ]
     return message
 
 
-def flat_messages(attributes: dict[str, Any]) -> tuple[list | None, list | None]:
-    """Input and output messages of a flattened layout, or ``(None, None)`` if there are none."""
-    for layout, prefixes in _FLAT_LAYOUTS.items():
-        found = []
-        for prefix in prefixes:
-            pairs = {}
-            for key, value in attributes.items():
-                if key.startswith(prefix) and _INDEX.match(key[len(prefix):]):
-                    pairs[key[len(prefix):]] = value
-            nested = _nest(pairs) if pairs else None
-            if isinstance(nested, dict):  # indices were not all numeric: not a message list
-                nested = list(nested.values())
-            if nested is not None and layout == "openinference":
-                nested = [_openinference_message(m) for m in nested if isinstance(m, dict)]
-            found.append(nested)
-        if any(part is not None for part in found):
-            return found[0], found[1]
-    return None, None
+def flat_messages(attributes: dict[str, Any], layout: ContentLayout) -> tuple[list | None, list | None]:
+    """Input and output messages of a flattened ``layout`` (``None`` for a side it does not record)."""
+    found = []
+    for prefix in (layout.input + ".", layout.output + "."):
+        pairs = {}
+        for key, value in attributes.items():
+            if key.startswith(prefix) and _INDEX.match(key[len(prefix):]):
+                pairs[key[len(prefix):]] = value
+        nested = _nest(pairs) if pairs else None
+        if isinstance(nested, dict):  # indices were not all numeric: not a message list
+            nested = list(nested.values())
+        found.append(None if nested is None else [_message(m, layout) for m in nested if isinstance(m, dict)])
+    return found[0], found[1]
 
 
-def messages_json(attributes_json: str | None) -> tuple[str | None, str | None]:
-    """``(input, output)`` messages as JSON text from a span's attribute JSON (flattened layouts)."""
+def messages_json(attributes_json: str | None, layout: ContentLayout) -> tuple[str | None, str | None]:
+    """``(input, output)`` messages as JSON text from a span's attribute JSON in a flattened ``layout``."""
     if not attributes_json:
         return None, None
-    inputs, outputs = flat_messages(json.loads(attributes_json))
+    inputs, outputs = flat_messages(json.loads(attributes_json), layout)
     dump = lambda value: None if value is None else json.dumps(value, ensure_ascii=False)  # noqa: E731
     return dump(inputs), dump(outputs)
 
@@ -96,7 +93,7 @@ def _text(parts: Any) -> str:
         return parts
     if isinstance(parts, list):
         return "".join(_text(p.get("content", "") if isinstance(p, dict) else p) for p in parts
-                       if not isinstance(p, dict) or p.get("type", "text") == "text")
+                       if not isinstance(p, dict) or p.get(A.GEN_AI_PART_TYPE, "text") == "text")
     return "" if parts is None else str(parts)
 
 
@@ -112,8 +109,9 @@ def chat_messages(messages_json_text: str | None) -> list[dict[str, str]]:
     for message in json.loads(messages_json_text):
         if not isinstance(message, dict):
             continue
-        content = _text(message["parts"]) if "parts" in message else _text(message.get("content"))
-        calls = [p for p in message.get("parts", []) if isinstance(p, dict) and p.get("type") == "tool_call"]
+        parts = message.get(A.GEN_AI_MESSAGE_PARTS)
+        content = _text(parts) if parts is not None else _text(message.get("content"))
+        calls = [p for p in parts or [] if isinstance(p, dict) and p.get(A.GEN_AI_PART_TYPE) == A.GEN_AI_TOOL_CALL_PART]
         calls += message.get("tool_calls") or []
         if calls:
             content += "".join(

@@ -6,6 +6,9 @@ parsed from the attribute JSON once. Token arrays and message text stay in the P
 files; they are fetched only for the rows that become transitions, which keeps the
 build out of core.
 
+``spans`` is the view every query and AIR rule reads: each distinct span with all its
+columns and what ``span_meta`` resolved (episode, is it an LLM call, a tool).
+
 ``llm_calls`` holds one row per distinct LLM call: the same call recorded by the
 client instrumentation and by a gateway shares a response id and is merged, taking
 the token ids from whichever span has them and the episode from whichever knows it.
@@ -15,58 +18,75 @@ from __future__ import annotations
 
 import duckdb
 
+from tracerl.pipeline.layouts import CONTENT_LAYOUTS, NO_CONTENT
 from tracerl.schemas import attributes as A
 
-# attribute -> column of span_meta; extracted with one JSON parse per span
+# column of span_meta -> attribute; all are extracted with one JSON parse per span
 EXTRACTED = {
     "gen_ai_system": A.GEN_AI_SYSTEM,
-    "gen_ai_provider": "gen_ai.provider.name",
+    "gen_ai_provider": A.GEN_AI_PROVIDER_NAME,
     "gen_ai_operation": A.GEN_AI_OPERATION,
-    "llm_request_type": "llm.request.type",
-    "gen_ai_request_type": "gen_ai.request.type",  # agentops' older layout
-    "openinference_kind": "openinference.span.kind",
-    "agentops_kind": "agentops.span.kind",
-    "traceloop_kind": "traceloop.span.kind",
-    "tool_name": "gen_ai.tool.name",
-    "input_messages": A.GEN_AI_INPUT_MESSAGES,  # only tested for presence: text stays in the files
-    "output_messages": A.GEN_AI_OUTPUT_MESSAGES,
-    "attr_reward_value": A.REWARD_VALUE,
-    "attr_reward_name": A.REWARD_NAME,
+    "llm_request_type": A.OPENLLMETRY_REQUEST_TYPE,
+    "gen_ai_request_type": A.AGENTOPS_REQUEST_TYPE,
+    "openinference_kind": A.OPENINFERENCE_SPAN_KIND,
+    "agentops_kind": A.AGENTOPS_SPAN_KIND,
+    "traceloop_kind": A.TRACELOOP_SPAN_KIND,
+    "tool_name": A.GEN_AI_TOOL_NAME,
 }
+# read in the same parse but not kept as columns: reward fallbacks, and the message
+# attributes of JSON content layouts (only tested for presence: text stays in the files)
+_REWARD_KEYS = (A.REWARD_VALUE, A.REWARD_NAME)
+_MESSAGE_KEYS = tuple(key for layout in CONTENT_LAYOUTS if not layout.flattened for key in (layout.input, layout.output))
 
 # LLM-call operations of the GenAI conventions (OpenLLMetry's llm.request.type uses the first two)
 LLM_OPERATIONS = ("chat", "completion", "text_completion", "generate_content")
-
-FLAT_CONTENT = (
-    "attributes LIKE '%\"gen_ai.prompt.%' OR attributes LIKE '%\"gen_ai.completion.%' "
-    "OR attributes LIKE '%\"llm.input_messages.%' OR attributes LIKE '%\"llm.output_messages.%'"
-)
-
-MACROS = """
-CREATE OR REPLACE MACRO attr(a, k) AS json_extract_string(a, '$."' || k || '"');
-CREATE OR REPLACE MACRO tool_call_arguments(a) AS list_concat(
-    CASE WHEN a LIKE '%tool_call%' THEN
-        coalesce(json_extract_string(attr(a, 'gen_ai.output.messages'), '$[*].parts[*].arguments'), []) END,
-    CASE WHEN a LIKE '%.tool_calls.%' THEN list_transform(
-        list_filter(json_keys(a), lambda k: regexp_matches(k,
-            '^(gen_ai\\.completion\\.\\d+\\.tool_calls\\.\\d+\\.arguments|llm\\.output_messages\\.\\d+\\.message\\.tool_calls\\.\\d+\\.tool_call\\.function\\.arguments)$')),
-        lambda k: attr(a, k)) END);
-"""
 
 
 def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _content_layout_sql(at: dict[str, str]) -> str:
+    """CASE naming the first layout of CONTENT_LAYOUTS a span's attributes use (``at``: key -> extracted value)."""
+    whens = []
+    for layout in CONTENT_LAYOUTS:
+        if layout.flattened:  # a key such as "gen_ai.prompt.0.role" in the attribute JSON
+            test = " OR ".join(f"contains(attributes, {_sql_str(chr(34) + p + '.')})" for p in (layout.input, layout.output))
+        else:
+            test = " OR ".join(f"{at[key]} IS NOT NULL" for key in (layout.input, layout.output))
+        whens.append(f"WHEN {test} THEN {_sql_str(layout.name)}")
+    return f"CASE {' '.join(whens)} ELSE {_sql_str(NO_CONTENT)} END"
+
+
+def _tool_call_arguments_sql() -> str:
+    """Body of the macro ``tool_call_arguments(a)``: the arguments of every output tool call, in any layout."""
+    parts = []
+    for layout in CONTENT_LAYOUTS:
+        if layout.flattened:
+            keys = f"list_filter(json_keys(a), lambda k: regexp_matches(k, {_sql_str(layout.tool_call_arguments_key())}))"
+            parts.append(f"CASE WHEN contains(a, {_sql_str('.' + layout.tool_calls + '.')}) "
+                         f"THEN list_transform({keys}, lambda k: attr(a, k)) END")
+        else:
+            parts.append(f"CASE WHEN contains(a, {_sql_str(A.GEN_AI_TOOL_CALL_PART)}) "
+                         f"THEN json_extract_string(attr(a, {_sql_str(layout.output)}), {_sql_str(layout.tool_call_arguments)}) END")
+    return "flatten([" + ", ".join(f"coalesce({p}, []::VARCHAR[])" for p in parts) + "])"
+
+
+# attr(attributes, 'key') reads one attribute (in AIR rules and `tracerl sql`);
+# tool_call_arguments(attributes) lists the arguments of the tool calls a model output
+MACROS = f"""
+CREATE OR REPLACE MACRO attr(a, k) AS json_extract_string(a, '$."' || k || '"');
+CREATE OR REPLACE MACRO tool_call_arguments(a) AS {_tool_call_arguments_sql()};
+"""
+
+
 def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
-    """Table ``span_meta``: one row per (trace_id, span_id), episode resolved, layout flags set."""
+    """Table ``span_meta``: one row per (trace_id, span_id), episode resolved, call/tool flags and content layout set."""
     con.execute(MACROS)
-    names = list(EXTRACTED)
-    paths = "[" + ", ".join(_sql_str(f'$."{EXTRACTED[n]}"') for n in names) + "]"
-    at = {name: f"x[{i + 1}]" for i, name in enumerate(names)}  # DuckDB lists are 1-based
-    text_only = ("input_messages", "output_messages", "attr_reward_value", "attr_reward_name")
-    picked = ", ".join(f"{at[name]} AS {name}" for name in names if name not in text_only)
-    ops = ", ".join(_sql_str(o) for o in LLM_OPERATIONS)
+    keys = [*EXTRACTED.values(), *_REWARD_KEYS, *_MESSAGE_KEYS]
+    paths = "[" + ", ".join(_sql_str(f'$."{key}"') for key in keys) + "]"
+    at = {key: f"x[{i + 1}]" for i, key in enumerate(keys)}  # DuckDB lists are 1-based
+    picked = ", ".join(f"{at[key]} AS {column}" for column, key in EXTRACTED.items())
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE span_meta_raw AS
@@ -77,12 +97,10 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
                -- only the (short) completion column is tested here: testing the prompt column
                -- would decode every prompt token; a missing prompt is caught when writing
                completion_token_ids IS NOT NULL AS has_tokens,
-               coalesce(reward_value, TRY_CAST({at['attr_reward_value']} AS DOUBLE)) AS reward_value,
-               coalesce(reward_name, {at['attr_reward_name']}) AS reward_name,
+               coalesce(reward_value, TRY_CAST({at[A.REWARD_VALUE]} AS DOUBLE)) AS reward_value,
+               coalesce(reward_name, {at[A.REWARD_NAME]}) AS reward_name,
                {picked},
-               {at['input_messages']} IS NOT NULL OR {at['output_messages']} IS NOT NULL AS has_messages,
-               CASE WHEN {at['input_messages']} IS NULL AND {at['output_messages']} IS NULL
-                    THEN ({FLAT_CONTENT}) ELSE false END AS flat_content,
+               {_content_layout_sql(at)} AS content_layout,
                CASE WHEN events LIKE '%"{A.REWARD_EVENT_NAME}"%' THEN events END AS reward_events,
                file_index, file_row
         FROM (SELECT *, json_extract_string(attributes, {paths}) AS x FROM raw_spans)
@@ -101,6 +119,7 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
                 PARTITION BY trace_id, span_id ORDER BY has_tokens DESC, end_ns DESC, file_index, file_row) = 1
             """
         )
+    ops = ", ".join(_sql_str(o) for o in LLM_OPERATIONS)
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE span_meta AS
@@ -124,16 +143,26 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
                ) AS is_llm,
                (s.gen_ai_operation = 'execute_tool' OR upper(s.openinference_kind) = 'TOOL'
                 OR lower(s.traceloop_kind) = 'tool' OR lower(s.agentops_kind) = 'tool'
-                OR s.tool_name IS NOT NULL) AS is_tool,
-               CASE
-                   WHEN s.has_messages THEN 'gen_ai.messages'
-                   WHEN s.flat_content THEN 'flattened'
-                   ELSE 'none'
-               END AS content_layout
+                OR s.tool_name IS NOT NULL) AS is_tool
         FROM span_meta_raw s LEFT JOIN trace_episode t USING (trace_id)
         """
     )
     con.execute("DROP TABLE span_meta_raw")
+
+
+def build_spans_view(con: duckdb.DuckDBPyConnection) -> None:
+    """View ``spans``: every span (one copy each) with all its columns, the resolved episode id and the call/tool flags.
+
+    What AIR rules and ``tracerl sql`` users query; the token arrays stay in the files
+    until a query asks for them.
+    """
+    con.execute(
+        """
+        CREATE OR REPLACE VIEW spans AS
+        SELECT r.* EXCLUDE (file_index, file_row) REPLACE (m.episode_id AS episode_id), m.is_llm, m.is_tool
+        FROM raw_spans r JOIN span_meta m ON r.file_index = m.file_index AND r.file_row = m.file_row
+        """
+    )
 
 
 def build_llm_calls(con: duckdb.DuckDBPyConnection) -> None:
@@ -142,7 +171,7 @@ def build_llm_calls(con: duckdb.DuckDBPyConnection) -> None:
     ``file_index``/``file_row`` locate the span whose token ids and messages are used.
     """
     con.execute(
-        """
+        f"""
         CREATE OR REPLACE TEMP TABLE llm_calls AS
         WITH c AS (
             SELECT *, coalesce(response_id, trace_id || ':' || span_id) AS call_key
@@ -159,7 +188,7 @@ def build_llm_calls(con: duckdb.DuckDBPyConnection) -> None:
                     ORDER BY has_tokens DESC, start_ns, span_id
                     ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS call_policy_version,
                 row_number() OVER (PARTITION BY call_key
-                    ORDER BY has_tokens DESC, content_layout = 'none', start_ns, span_id) AS rank_in_key,
+                    ORDER BY has_tokens DESC, content_layout = '{NO_CONTENT}', start_ns, span_id) AS rank_in_key,
                 count(*) OVER (PARTITION BY call_key) AS copies
             FROM c
         )

@@ -15,17 +15,6 @@ from tracerl.schemas import attributes as A
 OUTCOME_SOURCES = ("span", "event", "late")
 
 
-def register_spans_view(con: duckdb.DuckDBPyConnection) -> None:
-    """View ``spans``: the raw spans with the resolved episode id and the call/tool flags."""
-    con.execute(
-        """
-        CREATE OR REPLACE VIEW spans AS
-        SELECT r.* EXCLUDE (file_index, file_row) REPLACE (m.episode_id AS episode_id), m.is_llm, m.is_tool
-        FROM raw_spans r JOIN span_meta m USING (trace_id, span_id)
-        """
-    )
-
-
 def build_rewards(con: duckdb.DuckDBPyConnection, air_sql: str | None) -> None:
     """Table ``rewards``; rows whose value or episode cannot be found keep a NULL there (counted later)."""
     parts = [

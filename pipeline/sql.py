@@ -21,6 +21,7 @@ import duckdb
 
 from tracerl.pipeline.build import BuildOptions, analyze
 from tracerl.pipeline.source import PipelineInputError, sql_list
+from tracerl.schemas import attributes as A
 
 VIEWS = ("spans", "llm_calls", "episodes", "rewards", "transitions")
 
@@ -35,7 +36,7 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
     ("Automatic intermediate rewards by rule",
      "SELECT name, count(*) AS hits, sum(value) AS total FROM rewards WHERE source = 'air' GROUP BY 1"),
     ("Tool spans that failed, with their message",
-     "SELECT episode_id, attr(attributes, 'gen_ai.tool.name') AS tool, status_message\n"
+     f"SELECT episode_id, attr(attributes, '{A.GEN_AI_TOOL_NAME}') AS tool, status_message\n"
      "FROM spans WHERE is_tool AND status_code = 'ERROR'"),
     ("Slowest LLM calls",
      "SELECT episode_id, agent_name, (end_ns - start_ns) / 1e6 AS ms FROM llm_calls ORDER BY ms DESC LIMIT 10"),

@@ -22,10 +22,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tracerl.pipeline.layouts import CONTENT_LAYOUTS
 from tracerl.pipeline.messages import messages_json
 from tracerl.pipeline.trajectory import merge_trajectories
 from tracerl.schemas import DATASET_SCHEMA
-from tracerl.schemas import attributes as A
 from tracerl.storage import write_parquet_atomic
 
 FILE_ROWS = 131_072
@@ -47,22 +47,33 @@ def _ones_like_lists(lists: pa.ListArray) -> pa.ListArray:
 
 
 def _messages(con: duckdb.DuckDBPyConnection, part: pa.Table) -> tuple[pa.Array, pa.Array]:
-    """Input and output message JSON of each row: the GenAI JSON attributes, else rebuilt from a flattened layout."""
-    con.register("writer_part", part.select(["attributes"]))
+    """Input and output message JSON of each row, read as its content layout says.
+
+    JSON layouts are read by DuckDB (the text is copied as is); flattened layouts are
+    nested back into message lists by :func:`tracerl.pipeline.messages.messages_json`.
+    """
+    json_layouts = [layout for layout in CONTENT_LAYOUTS if not layout.flattened]
+
+    def pick(side: str) -> str:
+        whens = " ".join(
+            f"WHEN '{layout.name}' THEN json_extract_string(attributes, '$.\"{getattr(layout, side)}\"')" for layout in json_layouts
+        )
+        return f"CASE content_layout {whens} END"
+
+    con.register("writer_part", part.select(["content_layout", "attributes"]))
     try:
-        found = con.sql(
-            f"""SELECT json_extract_string(attributes, '$."{A.GEN_AI_INPUT_MESSAGES}"') AS i,
-                       json_extract_string(attributes, '$."{A.GEN_AI_OUTPUT_MESSAGES}"') AS o FROM writer_part"""
-        ).to_arrow_table()
+        found = con.sql(f"SELECT {pick('input')} AS i, {pick('output')} AS o FROM writer_part").to_arrow_table()
     finally:
         con.unregister("writer_part")
     inputs, outputs = found.column("i"), found.column("o")
-    flat = part.column("content_layout").to_numpy(zero_copy_only=False) == "flattened"
-    if flat.any():
+    layouts = part.column("content_layout").to_numpy(zero_copy_only=False)
+    flattened = {layout.name: layout for layout in CONTENT_LAYOUTS if layout.flattened}
+    rows = np.flatnonzero(np.isin(layouts, list(flattened)))
+    if len(rows):
         ins, outs = inputs.to_pylist(), outputs.to_pylist()
         attributes = part.column("attributes")
-        for i in np.flatnonzero(flat):
-            ins[i], outs[i] = messages_json(attributes[int(i)].as_py())
+        for i in rows.tolist():
+            ins[i], outs[i] = messages_json(attributes[i].as_py(), flattened[layouts[i]])
         inputs, outputs = pa.array(ins, pa.string()), pa.array(outs, pa.string())
     return inputs, outputs
 

@@ -38,6 +38,7 @@ GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
 GEN_AI_MESSAGE_PARTS = "parts"
 GEN_AI_PART_TYPE = "type"
 GEN_AI_TOOL_CALL_PART = "tool_call"  # the type of a part that is a tool call
+GEN_AI_TOOL_CALL_ARGUMENTS = "arguments"  # field of a tool_call part (a JSON string)
 GEN_AI_TOOL_NAME = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
 

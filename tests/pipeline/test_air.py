@@ -81,3 +81,12 @@ def test_a_rule_that_is_not_valid_sql_names_the_rule(data_dir, tmp_path):
     rules.write_text('[{"name": "typo", "where": "no_such_column = 1", "value": 1}]')
     with pytest.raises(PipelineInputError, match="AIR rule 'typo'"):
         build_dataset(data_dir, tmp_path / "out", rules=str(rules))
+
+
+def test_a_failing_tool_span_delivered_twice_is_penalised_once(data_dir, tmp_path):
+    rows = _episode(tool_span("e1", "tool", 25, 30, status="ERROR"))
+    write_spans(data_dir, rows)
+    write_spans(data_dir, [rows[2]])  # an exporter retry wrote the tool span again
+    manifest = build_dataset(data_dir, tmp_path / "out", advantage="none")
+    assert _by_step(tmp_path / "out") == [pytest.approx(-0.1), 1.0]
+    assert manifest["counts"]["rewards"]["by_name"] == {"air.tool_error": 1, "reward": 1}

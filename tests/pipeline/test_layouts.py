@@ -7,7 +7,7 @@ import json
 from pipeline_spans import episode_span, llm_call, reward_span, span, write_spans
 
 from tracerl.pipeline import build_dataset, dataset_table
-from tracerl.pipeline.messages import chat_messages, flat_messages
+from tracerl.pipeline.messages import chat_messages
 from tracerl.schemas import attributes as A
 
 
@@ -31,20 +31,29 @@ def test_flattened_openllmetry_layout_gives_messages_and_tool_calls(data_dir, tm
     [row] = dataset_table(tmp_path / "out").to_pylist()
     assert json.loads(row["input_messages"]) == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"}]
     [out] = json.loads(row["output_messages"])
-    assert out["tool_calls"] == [{"name": "calc", "arguments": '{"e": "2+2"}'}]
-    assert manifest["counts"]["spans"]["content_layouts"] == {"flattened": 1}
+    assert out["tool_calls"] == [{"id": None, "name": "calc", "arguments": '{"e": "2+2"}'}]
+    assert manifest["counts"]["spans"]["content_layouts"] == {"openllmetry": 1}
 
 
-def test_openinference_layout_is_an_llm_call():
+def test_openinference_layout_gives_messages_and_tool_calls(data_dir, tmp_path):
     attrs = {
+        "openinference.span.kind": "LLM",
         "llm.input_messages.0.message.role": "user", "llm.input_messages.0.message.content": "hi",
         "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.id": "call-1",
         "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "search",
-        "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": "{}",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": "{not json",
     }
-    inputs, outputs = flat_messages(attrs)
-    assert inputs == [{"role": "user", "content": "hi"}]
-    assert outputs == [{"role": "assistant", "tool_calls": [{"id": None, "name": "search", "arguments": "{}"}]}]
+    write_spans(data_dir, [episode_span("e1", 0, 50, task="t"), _raw_call("e1", "c1", 1, 10, attrs),
+                           reward_span("e1", "r", 20, 1.0)])
+    manifest = build_dataset(data_dir, tmp_path / "out", advantage="none")
+    [row] = dataset_table(tmp_path / "out").to_pylist()
+    assert json.loads(row["input_messages"]) == [{"role": "user", "content": "hi"}]
+    assert json.loads(row["output_messages"]) == [
+        {"role": "assistant", "tool_calls": [{"id": "call-1", "name": "search", "arguments": "{not json"}]}]
+    assert manifest["counts"]["spans"]["content_layouts"] == {"openinference": 1}
+    # the AIR rule for tool-call arguments that are not JSON finds them in this layout too
+    assert manifest["counts"]["rewards"]["by_name"] == {"air.invalid_tool_call": 1, "reward": 1}
 
 
 def test_detection_by_layout_and_what_is_not_a_call(data_dir, tmp_path):
