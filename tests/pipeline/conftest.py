@@ -1,13 +1,10 @@
-"""Shared fixtures; the span builders live in pipeline_spans.py (named uniquely: tests use importlib mode)."""
+"""Shared fixtures; the span builders are tracerl_testing.span_builders."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture

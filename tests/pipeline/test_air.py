@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from pipeline_spans import episode_span, llm_call, reward_span, tool_span, write_spans
 
 from tracerl.pipeline import PipelineInputError, build_dataset, dataset_table
 from tracerl.schemas import attributes as A
+from tracerl_testing.span_builders import episode_span, llm_call, reward_span, tool_span, write_spans
 
 BAD_TOOL_CALL = '[{"role":"assistant","parts":[{"type":"tool_call","name":"calc","arguments":"{not json"}]}]'
 

@@ -6,10 +6,10 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
-from pipeline_spans import episode_span, llm_call, reward_span, tool_span, write_spans
 
 from tracerl.pipeline import PipelineInputError, build_dataset, dataset_table
 from tracerl.schemas import DATASET_SCHEMA
+from tracerl_testing.span_builders import episode_span, llm_call, reward_span, tool_span, write_spans
 
 
 def _two_call_episode(ep: str, task: str, reward: float) -> list[dict]:

@@ -8,10 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline_spans import episode_span, llm_call, reward_span, write_spans
 from typer.testing import CliRunner
 
 from tracerl.cli import app
+from tracerl_testing.span_builders import episode_span, llm_call, reward_span, write_spans
 
 
 def _spans(data_dir):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from pipeline_spans import episode_span, llm_call, reward_span, span, write_spans
 
 from tracerl.pipeline import build_dataset, dataset_table
 from tracerl.pipeline.messages import chat_messages
 from tracerl.schemas import attributes as A
+from tracerl_testing.span_builders import episode_span, llm_call, reward_span, span, write_spans
 
 
 def _raw_call(ep: str, sid: str, start: int, end: int, attrs: dict, prompt=(1, 2), completion=(3,), **kw) -> dict:

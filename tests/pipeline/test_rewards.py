@@ -6,12 +6,12 @@ import json
 
 import pyarrow as pa
 import pytest
-from pipeline_spans import episode_span, llm_call, reward_span, span, trace_of, write_spans
 
 from tracerl.pipeline import PipelineInputError, build_dataset, dataset_table
 from tracerl.schemas import REWARDS_SCHEMA
 from tracerl.schemas import attributes as A
 from tracerl.storage import write_parquet_atomic
+from tracerl_testing.span_builders import episode_span, llm_call, reward_span, span, trace_of, write_spans
 
 
 def _three_calls(ep: str, task: str = "t") -> list[dict]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from pipeline_spans import episode_span, llm_call, reward_span, write_spans
 
 from tracerl.pipeline import PipelineInputError, build_dataset, dataset_table
 from tracerl.pipeline.selection import policy_version_predicate
+from tracerl_testing.span_builders import episode_span, llm_call, reward_span, write_spans
 
 
 def _sql_agents(ep: str, split: str = "train") -> list[dict]:

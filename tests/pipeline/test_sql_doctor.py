@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
-from pipeline_spans import episode_span, llm_call, reward_span, tool_span, write_spans
 from typer.testing import CliRunner
 
 from tracerl.cli import app
 from tracerl.pipeline import build_dataset
 from tracerl.pipeline.sql import EXAMPLES, open_views
+from tracerl_testing.span_builders import episode_span, llm_call, reward_span, tool_span, write_spans
 
 
 def _spans(data_dir):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from pipeline_spans import episode_span, llm_call, reward_span, write_spans
 
 from tracerl.pipeline import build_dataset, dataset_table
+from tracerl_testing.span_builders import episode_span, llm_call, reward_span, write_spans
 
 
 def _chat(ep: str, task: str = "t", reward: float = 1.0) -> list[dict]:

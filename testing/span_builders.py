@@ -1,8 +1,8 @@
-"""Builders of hand-built span sets (imported by the tests via conftest's sys.path entry).
+"""Builders of hand-built span sets for the pipeline's tests: every id, time, token and reward is chosen by the test.
 
-Hand-built span sets: every id, time, token and reward is chosen by the test.
-
-Times are in microseconds from 0 (ns = us * 1000) so that orderings read easily.
+Spans are rows of the spans table (``tracerl.schemas.span_row``) written as a data dir
+like the exporter writes one. Times are in microseconds from 0 (ns = us * 1000) so that
+orderings read easily.
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ def reward_span(episode: str, span_id: str, at: int, value: float, name: str | N
 
 def tool_span(episode: str, span_id: str, start: int, end: int, tool: str = "calculator", *,
               status: str = "OK", result: str | None = None, **kw) -> dict:
-    attrs = {A.GEN_AI_OPERATION: "execute_tool", "gen_ai.tool.name": tool}
+    attrs = {A.GEN_AI_OPERATION: "execute_tool", A.GEN_AI_TOOL_NAME: tool}
     if result is not None:
-        attrs["gen_ai.tool.call.result"] = result
+        attrs[A.GEN_AI_TOOL_CALL_RESULT] = result
     return span(episode, span_id, f"execute_tool {tool}", start, end, status=status, attrs=attrs, **kw)
 
 
