@@ -13,7 +13,6 @@ Oversize messages are refused by gRPC itself (``max_receive_message_length``).
 
 from __future__ import annotations
 
-import hmac
 import logging
 from concurrent import futures
 
@@ -27,6 +26,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from tracerl.collector import otlp
 from tracerl.collector.service import LOGS, TRACES, Collector, Signal
 from tracerl.collector.sink import Overloaded
+from tracerl.schemas import attributes as A
 
 log = logging.getLogger("tracerl.collector")
 
@@ -37,11 +37,8 @@ _SERVICES = (
 
 
 def _export(collector: Collector, signal: Signal, payload: bytes, context: grpc.ServicerContext) -> Message:
-    token = collector.config.auth_token
-    if token is not None:
-        given = dict(context.invocation_metadata()).get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (metadata 'authorization')")
+    if not collector.authorized(dict(context.invocation_metadata()).get(A.AUTHORIZATION_HEADER)):
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (metadata 'authorization: Bearer <token>')")
     reserved = 0
     try:
         collector.admission.acquire(len(payload))
@@ -56,7 +53,7 @@ def _export(collector: Collector, signal: Signal, payload: bytes, context: grpc.
         retry = error_details_pb2.RetryInfo(retry_delay=Duration(seconds=exc.retry_after_s))
         status = status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED, message=str(exc))
         status.details.add().Pack(retry)
-        context.set_trailing_metadata((("grpc-status-details-bin", status.SerializeToString()),))
+        context.set_trailing_metadata(((A.GRPC_STATUS_DETAILS_KEY, status.SerializeToString()),))
         context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
     except Exception as exc:  # a bug: say so without the data (messages may quote span content)
         log.error("internal error handling a %s request: %s", signal.table.name, type(exc).__name__)

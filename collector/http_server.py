@@ -11,7 +11,6 @@ own connection; CPU work runs in a worker thread so the event loop keeps serving
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import zlib
 from concurrent.futures import Future
@@ -28,6 +27,7 @@ from starlette.routing import Route
 from tracerl.collector import otlp
 from tracerl.collector.service import LOGS, TRACES, Collector, Signal
 from tracerl.collector.sink import Overloaded
+from tracerl.schemas import attributes as A
 
 log = logging.getLogger("tracerl.collector")
 
@@ -62,11 +62,12 @@ def create_app(collector: Collector) -> Starlette:
 
 
 async def _handle(collector: Collector, signal: Signal, request: Request, body_timeout_s: float) -> Response:
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    content_type = request.headers.get(A.CONTENT_TYPE_HEADER, "").split(";")[0].strip().lower()
     as_json = content_type == JSON
     reserved = 0
     try:
-        _authorize(collector.config.auth_token, request.headers.get("authorization"))
+        if not collector.authorized(request.headers.get(A.AUTHORIZATION_HEADER)):
+            raise HttpError(401, "missing or wrong bearer token (header 'Authorization: Bearer <token>')")
         if content_type not in (PROTOBUF, JSON):
             raise HttpError(415, f"Content-Type must be {PROTOBUF} or {JSON}, got {content_type or 'none'!r}")
         limit = collector.config.max_body_bytes
@@ -75,7 +76,7 @@ async def _handle(collector: Collector, signal: Signal, request: Request, body_t
                 body, reserved = await _read_body(request, limit, collector)
         except TimeoutError:
             raise HttpError(408, f"request body not received within {body_timeout_s:g}s") from None
-        encoding = request.headers.get("content-encoding", "identity").strip().lower()
+        encoding = request.headers.get(A.CONTENT_ENCODING_HEADER, "identity").strip().lower()
         if encoding in _WBITS:
             body = _inflate(body, limit, encoding)
             collector.admission.acquire(len(body))
@@ -112,17 +113,9 @@ def _export(collector: Collector, signal: Signal, body: bytes, as_json: bool) ->
     return collector.export(signal, request, body)
 
 
-def _authorize(token: str | None, header: str | None) -> None:
-    if token is None:
-        return
-    scheme, _, given = (header or "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
-        raise HttpError(401, "missing or wrong bearer token (header 'Authorization: Bearer <token>')")
-
-
 async def _read_body(request: Request, limit: int, collector: Collector) -> tuple[bytes, int]:
     """The body, refused early when over ``limit``; its bytes count against admission."""
-    declared = request.headers.get("content-length")
+    declared = request.headers.get(A.CONTENT_LENGTH_HEADER)
     if declared is not None:
         if not declared.isdigit():
             raise HttpError(400, f"invalid Content-Length {declared[:20]!r}")
@@ -177,6 +170,6 @@ _CODES = {400: code_pb2.INVALID_ARGUMENT, 401: code_pb2.UNAUTHENTICATED, 408: co
 
 
 def _status(status: int, message: str, as_json: bool, retry_after_s: int | None = None) -> Response:
-    headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
+    headers = {A.RETRY_AFTER_HEADER: str(retry_after_s)} if retry_after_s is not None else None
     body = status_pb2.Status(code=_CODES.get(status, code_pb2.UNKNOWN), message=message)
     return _message(status, body, as_json, headers)

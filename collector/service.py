@@ -7,6 +7,7 @@ through is here once.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import socket
@@ -162,6 +163,15 @@ class Collector:
     def flush(self) -> None:
         for table in self.tables.values():
             table.flush()
+
+    def authorized(self, authorization: str | None) -> bool:
+        """Whether an ``Authorization`` value (HTTP header or gRPC metadata) is ``Bearer <the
+        configured token>``; always true without ``auth_token``. Compared in constant time."""
+        token = self.config.auth_token
+        if token is None:
+            return True
+        scheme, _, given = (authorization or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
 
     def export(self, signal: Signal, request: Message, payload: bytes) -> tuple[Future, Message]:
         """Convert and submit one request.

@@ -56,11 +56,26 @@ VLLM_CHOICE_TOKEN_IDS_FIELD = "token_ids"  # on each choice
 POLICY_VERSION_FIELD = "policy_version"  # tracerl server: top level of a response
 POLICY_VERSION_HEADER = "x-tracerl-policy-version"
 
+# HTTP headers and gRPC metadata keys, lower case (how HTTP/2 and gRPC carry them; HTTP/1.1
+# readers compare them case-insensitively)
+AUTHORIZATION_HEADER = "authorization"  # "Bearer <token>", over HTTP and as gRPC metadata
+CONTENT_TYPE_HEADER = "content-type"
+CONTENT_ENCODING_HEADER = "content-encoding"
+CONTENT_LENGTH_HEADER = "content-length"
+RETRY_AFTER_HEADER = "retry-after"  # seconds; OTLP exporters wait that long after a 429/503
+GRPC_STATUS_DETAILS_KEY = "grpc-status-details-bin"  # trailing metadata: a google.rpc.Status
+
+# Arrow schema metadata of every tracerl table, kept in each of its Parquet files
+TABLE_METADATA_KEY = "tracerl.table"  # spans, logs, rewards, dataset
+SCHEMA_VERSION_METADATA_KEY = "tracerl.schema_version"  # the table's schema version, as text
+
 # Set on an LLM call that has no exact token ids, with the reason (the pipeline counts
 # these calls as skipped instead of guessing tokens).
 TOKEN_IDS_MISSING = "tracerl.llm.token_ids_missing"
 
 # OpenTelemetry general semantic conventions
+SERVICE_NAME = "service.name"  # resource attribute
+EVENT_NAME = "event.name"  # log record attribute, the older place of LogRecord.event_name
 ERROR_TYPE = "error.type"
 DB_SYSTEM = "db.system"
 DB_SYSTEM_NAME = "db.system.name"  # successor of db.system

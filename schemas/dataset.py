@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from tracerl.schemas.versioned import versioned_schema
+
 DATASET_SCHEMA_VERSION = 1
 
-DATASET_SCHEMA = pa.schema(
+DATASET_SCHEMA = versioned_schema(
+    "dataset",
+    DATASET_SCHEMA_VERSION,
     [
         pa.field("episode_id", pa.string(), nullable=False),
         pa.field("task_id", pa.string()),
@@ -27,5 +31,4 @@ DATASET_SCHEMA = pa.schema(
         pa.field("input_messages", pa.string()),  # JSON
         pa.field("output_messages", pa.string()),  # JSON
     ],
-    metadata={"tracerl.table": "dataset", "tracerl.schema_version": str(DATASET_SCHEMA_VERSION)},
 )

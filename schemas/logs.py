@@ -10,17 +10,20 @@ same encoding as the ``spans`` table).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
 
-from tracerl.schemas.spans import _jsonable, to_json
+from tracerl.schemas import attributes as A
+from tracerl.schemas.spans import json_text, service_name, to_json
+from tracerl.schemas.versioned import versioned_schema
 
 LOGS_SCHEMA_VERSION = 1
 
-LOGS_SCHEMA = pa.schema(
+LOGS_SCHEMA = versioned_schema(
+    "logs",
+    LOGS_SCHEMA_VERSION,
     [
         pa.field("trace_id", pa.string()),
         pa.field("span_id", pa.string()),
@@ -37,7 +40,6 @@ LOGS_SCHEMA = pa.schema(
         pa.field("attributes", pa.string()),
         pa.field("resource", pa.string()),
     ],
-    metadata={"tracerl.table": "logs", "tracerl.schema_version": str(LOGS_SCHEMA_VERSION)},
 )
 
 
@@ -58,8 +60,7 @@ def log_row(
 ) -> dict[str, Any]:
     """Build one row of :data:`LOGS_SCHEMA`."""
     resource = resource or {}
-    event = event_name or attributes.get("event.name")
-    service = resource.get("service.name")
+    event = event_name or attributes.get(A.EVENT_NAME)
     return {
         "trace_id": trace_id or None,
         "span_id": span_id or None,
@@ -68,10 +69,10 @@ def log_row(
         "severity_number": severity_number,
         "severity_text": severity_text,
         "event_name": None if event is None else str(event),
-        "service_name": None if service is None else str(service),
+        "service_name": service_name(resource),
         "scope_name": scope_name,
         "scope_version": scope_version,
-        "body": None if body is None else json.dumps(_jsonable(body), separators=(",", ":"), ensure_ascii=False),
+        "body": None if body is None else json_text(body),
         "attributes": to_json(attributes),
         "resource": to_json(resource),
     }

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from tracerl.schemas.versioned import versioned_schema
+
 REWARDS_SCHEMA_VERSION = 1
 
-REWARDS_SCHEMA = pa.schema(
+REWARDS_SCHEMA = versioned_schema(
+    "rewards",
+    REWARDS_SCHEMA_VERSION,
     [
         pa.field("episode_id", pa.string()),
         pa.field("trace_id", pa.string()),
@@ -18,5 +22,4 @@ REWARDS_SCHEMA = pa.schema(
         pa.field("value", pa.float64(), nullable=False),
         pa.field("time_unix_nano", pa.int64()),
     ],
-    metadata={"tracerl.table": "rewards", "tracerl.schema_version": str(REWARDS_SCHEMA_VERSION)},
 )

@@ -18,10 +18,13 @@ import pyarrow as pa
 
 from tracerl.schemas import attributes as A
 from tracerl.schemas.tokens import TokenEncodingError, decode, decode_array
+from tracerl.schemas.versioned import versioned_schema
 
 SPANS_SCHEMA_VERSION = 1
 
-SPANS_SCHEMA = pa.schema(
+SPANS_SCHEMA = versioned_schema(
+    "spans",
+    SPANS_SCHEMA_VERSION,
     [
         pa.field("trace_id", pa.string(), nullable=False),
         pa.field("span_id", pa.string(), nullable=False),
@@ -55,7 +58,6 @@ SPANS_SCHEMA = pa.schema(
         pa.field("links", pa.string()),
         pa.field("resource", pa.string()),
     ],
-    metadata={"tracerl.table": "spans", "tracerl.schema_version": str(SPANS_SCHEMA_VERSION)},
 )
 
 
@@ -91,8 +93,11 @@ def _json_default(value: Any) -> Any:
 
 def to_json(value: Any) -> str | None:
     """JSON text of an attribute map (or list of events/links); ``None`` when empty."""
-    if not value:
-        return None
+    return json_text(value) if value else None
+
+
+def json_text(value: Any) -> str:
+    """JSON text of any OTel value (bytes as ``{"bytes_b64": ...}``): every JSON column's encoding."""
     if type(value) is dict and all(_orjson_exact(v) for v in value.values()):
         try:
             return orjson.dumps(value).decode()
@@ -184,7 +189,7 @@ def decode_tokens(attributes: dict[str, Any]) -> None:
 
 def service_name(resource: Mapping[str, Any]) -> str | None:
     """The ``service_name`` column of spans from this resource."""
-    return _str_or_none(resource.get("service.name"))
+    return _str_or_none(resource.get(A.SERVICE_NAME))
 
 
 def promote(attributes: Mapping[str, Any]) -> dict[str, Any]:
