@@ -27,7 +27,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tracerl.instrumentation import llm_span
-from tracerl.instrumentation import token_capture as tc
+from tracerl.instrumentation.answer_split import split_answer
+from tracerl.instrumentation.answer_stream import SSERewriter, StreamTokens
+from tracerl.instrumentation.request_plan import Plan, endpoint_kind, plan_request
+from tracerl.instrumentation.token_attributes import record
 from tracerl.instrumentation.settings import settings
 
 # Hop-by-hop and body-framing headers: recomputed on each side, never copied.
@@ -65,7 +68,7 @@ class Gateway:
     async def handle(self, request: Request) -> Response:
         path = "/" + request.path_params["path"]
         body = await request.body()
-        kind = tc.endpoint_kind(path) if request.method == "POST" else None
+        kind = endpoint_kind(path) if request.method == "POST" else None
         parsed = None
         if kind is not None:
             try:
@@ -98,7 +101,7 @@ class Gateway:
 
     async def _llm_call(self, request: Request, path: str, kind: str, body: dict) -> Response:
         refusal = settings().why_not_ask_tokens(httpx.URL(self.upstream).host)
-        plan, new_body = tc.plan_request(kind, body, refusal is None, refusal)
+        plan, new_body = plan_request(kind, body, refusal is None, refusal)
         model = body.get("model")
         operation = llm_span.operation(kind)
         span = self.tracer.start_span(
@@ -129,28 +132,28 @@ class Gateway:
         await upstream.aclose()
         return self._whole(data, upstream, plan, span, headers)
 
-    def _whole(self, data: bytes, upstream: httpx.Response, plan: tc.Plan, span: Any, headers: dict) -> Response:
-        split = tc.split_answer(plan, data)
+    def _whole(self, data: bytes, upstream: httpx.Response, plan: Plan, span: Any, headers: dict) -> Response:
+        split = split_answer(plan, data)
         if split is None:
-            tc.record([span], plan, None, settings().token_encoding)
+            record([span], plan, None, settings().token_encoding)
             span.end()
             return Response(data, status_code=upstream.status_code, headers=headers)
         body, tokens = split
         span.set_attributes(llm_span.answer_attributes(plan.kind, body, settings().capture_content))
-        tc.record([span], plan, tokens.read(upstream.headers), settings().token_encoding)
+        record([span], plan, tokens.read(upstream.headers), settings().token_encoding)
         span.end()
         return Response(body if plan.ask else data, status_code=upstream.status_code, headers=headers)
 
-    async def _stream(self, upstream: httpx.Response, plan: tc.Plan, span: Any) -> AsyncIterator[bytes]:
-        stream_tokens = tc.StreamTokens(plan, upstream.headers)
+    async def _stream(self, upstream: httpx.Response, plan: Plan, span: Any) -> AsyncIterator[bytes]:
+        stream_tokens = StreamTokens(plan, upstream.headers)
 
         def done() -> None:
             if span.is_recording():
                 span.set_attributes(llm_span.stream_attributes(stream_tokens, settings().capture_content))
-                tc.record([span], plan, stream_tokens.result(), settings().token_encoding)
+                record([span], plan, stream_tokens.result(), settings().token_encoding)
                 span.end()
 
-        rewriter = tc.SSERewriter(stream_tokens, done)
+        rewriter = SSERewriter(stream_tokens, done)
         try:
             async for out in rewriter.arewrite(upstream.aiter_bytes()):
                 yield out

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from tracerl.instrumentation import token_capture as tc
+from tracerl.instrumentation.answer_stream import StreamTokens
 from tracerl.schemas import attributes as A
 
 _REQUEST_PARAMS = {
@@ -84,7 +84,7 @@ def answer_attributes(kind: str, body: bytes, content: bool) -> dict[str, Any]:
     return response_attributes(kind, answer, content)
 
 
-def stream_attributes(stream: tc.StreamTokens, content: bool) -> dict[str, Any]:
+def stream_attributes(stream: StreamTokens, content: bool) -> dict[str, Any]:
     """What a streamed response said, once it is over."""
     answer: dict[str, Any] = {"id": stream.response_id, "model": stream.response_model}
     if stream.finish_reason:

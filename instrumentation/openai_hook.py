@@ -25,8 +25,12 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span, SpanKind
 from wrapt import wrap_function_wrapper
 
-from tracerl.instrumentation import finished_span, llm_span, span_finisher
-from tracerl.instrumentation import token_capture as tc
+from tracerl.instrumentation import capture_stats, finished_span, llm_span, span_finisher
+from tracerl.instrumentation.answer_split import RawTokens, split_answer
+from tracerl.instrumentation.answer_stream import SSERewriter, StreamTokens
+from tracerl.instrumentation.call_tokens import Tokens
+from tracerl.instrumentation.request_plan import endpoint_kind, plan_request
+from tracerl.instrumentation.token_attributes import record, token_attributes
 from tracerl.instrumentation.processor import agent_name, is_llm_span, llm_span_chain
 from tracerl.instrumentation.settings import settings
 from tracerl.schemas import attributes as A
@@ -55,7 +59,7 @@ def install() -> None:
 
 def _report() -> None:
     span_finisher.drain()  # the counts of calls whose spans are still being finished
-    line = tc.STATS.report()
+    line = capture_stats.STATS.report()
     if line:
         logger.warning(line)
 
@@ -64,14 +68,14 @@ def _build_request(wrapped, instance, args, kwargs):
     if not is_instrumentation_enabled():  # inside OTel's suppress_instrumentation(): record nothing
         return wrapped(*args, **kwargs)
     options = args[0] if args else kwargs["options"]
-    kind = tc.endpoint_kind(str(options.url)) if str(options.method).lower() == "post" else None
+    kind = endpoint_kind(str(options.url)) if str(options.method).lower() == "post" else None
     body = options.json_data
     if kind is None or not isinstance(body, dict) or options.files:
         return wrapped(*args, **kwargs)
     if options.extra_json:
         body = {**body, **options.extra_json}
     refusal = settings().why_not_ask_tokens(instance.base_url.host)
-    plan, new_body = tc.plan_request(kind, body, refusal is None, refusal)
+    plan, new_body = plan_request(kind, body, refusal is None, refusal)
     if new_body is not None:
         # `options` is the SDK's own copy for this attempt: retries start again from theirs
         options.json_data, options.extra_json = new_body, None
@@ -87,7 +91,7 @@ def _tracer() -> trace.Tracer:
 
 # Reads what a call returned: its tokens and, when asked (tracerl's own span, on the
 # finisher thread), its response attributes; another instrumentation's span needs only tokens.
-Read = Callable[[bool], "tuple[tc.Tokens | None, dict[str, Any]]"]
+Read = Callable[[bool], "tuple[Tokens | None, dict[str, Any]]"]
 
 
 class _Capture:
@@ -114,8 +118,8 @@ class _Capture:
             self.model = body.get("model")
             self.request_body = _request_bytes(request, body)
         self._finished = False
-        self.rewriter: tc.SSERewriter | None = None
-        self.stream_tokens: tc.StreamTokens | None = None
+        self.rewriter: SSERewriter | None = None
+        self.stream_tokens: StreamTokens | None = None
 
     def response(self, response: Any) -> Any:
         if response.status_code >= 400:
@@ -125,8 +129,8 @@ class _Capture:
             if response.headers.get("content-encoding", "identity") != "identity":
                 self.finish()
                 return response
-            self.stream_tokens = tc.StreamTokens(self.plan, response.headers)
-            self.rewriter = tc.SSERewriter(self.stream_tokens, self.finish_stream)
+            self.stream_tokens = StreamTokens(self.plan, response.headers)
+            self.rewriter = SSERewriter(self.stream_tokens, self.finish_stream)
             response.stream = _wrap_stream(response.stream, self)
             return response
         return None  # caller reads the body (sync or async)
@@ -135,12 +139,12 @@ class _Capture:
         """Give the SDK the body it would have had; keep the tokens, unparsed, for the span.
 
         On this thread the added members are only cut out
-        (:func:`~tracerl.instrumentation.token_capture.split_answer`); reading the tokens
+        (:func:`~tracerl.instrumentation.answer_split.split_answer`); reading the tokens
         and describing the answer happen on the finisher.
         """
         raw, split = response.content, None
         if self.plan.ask:
-            split = tc.split_answer(self.plan, raw)
+            split = split_answer(self.plan, raw)
             if split is None:  # not an OpenAI answer: the agent gets it as it came
                 self.finish()
                 return response
@@ -151,10 +155,10 @@ class _Capture:
         return response
 
     def _read_whole(
-        self, raw: bytes, split: tuple[bytes, tc.RawTokens] | None, version: str | None, describe: bool
-    ) -> tuple[tc.Tokens | None, dict[str, Any]]:
+        self, raw: bytes, split: tuple[bytes, RawTokens] | None, version: str | None, describe: bool
+    ) -> tuple[Tokens | None, dict[str, Any]]:
         if split is None:  # nothing was asked for, so nothing was cut on the calling thread
-            split = tc.split_answer(self.plan, raw)
+            split = split_answer(self.plan, raw)
             if split is None:
                 return None, {}
         body, tokens = split
@@ -179,7 +183,7 @@ class _Capture:
         if self.span is not None:
             if not error:
                 tokens = read(False)[0] if read is not None else None  # its maker describes the answer
-                tc.record(llm_span_chain(self.span), self.plan, tokens, settings().token_encoding)
+                record(llm_span_chain(self.span), self.plan, tokens, settings().token_encoding)
             return
         end_ns = time.time_ns()
         span_finisher.submit(lambda: self._make_span(read, error, end_ns))
@@ -198,7 +202,7 @@ class _Capture:
         if not error:
             tokens, described = read(True) if read is not None else (None, {})
             attributes.update(described)
-            attributes.update(tc.token_attributes(self.plan, tokens, current.token_encoding))
+            attributes.update(token_attributes(self.plan, tokens, current.token_encoding))
         name = f"{llm_span.operation(kind)} {self.model}" if self.model else llm_span.operation(kind)
         tracer = _tracer()
         if finished_span.emit(tracer, name, self.parent, SpanKind.CLIENT, attributes, self.start_ns, end_ns, error):

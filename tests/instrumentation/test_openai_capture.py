@@ -7,7 +7,7 @@ import asyncio
 import openai
 import pytest
 
-from tracerl.instrumentation import token_capture
+from tracerl.instrumentation import capture_stats
 from tracerl_testing.scripted_server import POLICY_VERSION
 from tracerl.schemas import attributes as A
 from tracerl.schemas.tokens import decode
@@ -83,10 +83,10 @@ def test_async_completions_are_captured(spans, server):
 
 
 @pytest.fixture()
-def stats(monkeypatch) -> token_capture.CaptureStats:
+def stats(monkeypatch) -> capture_stats.CaptureStats:
     """A fresh call counter for this test (the process-wide one is left as it was)."""
-    fresh = token_capture.CaptureStats()
-    monkeypatch.setattr(token_capture, "STATS", fresh)
+    fresh = capture_stats.CaptureStats()
+    monkeypatch.setattr(capture_stats, "STATS", fresh)
     return fresh
 
 

@@ -1,6 +1,6 @@
-"""Reading a vLLM answer cheaply on the agent's thread: what tracerl asked for (prompt and
-completion ids, log-probs) is cut out of the JSON unparsed, and the agent gets the rest
-as it came; the tokens are read from the original bytes later, off that thread."""
+"""Splitting a whole vLLM answer cheaply on the agent's thread: what tracerl asked for
+(prompt and completion ids, log-probs) is cut out of the JSON unparsed, and the agent gets
+the rest as it came; the tokens are read from the cut members later, off that thread."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracerl.instrumentation import token_capture as tc
+from tracerl.instrumentation.answer_split import split_answer
+from tracerl.instrumentation.call_tokens import Tokens
+from tracerl.instrumentation.request_plan import Plan
 from tracerl.schemas import attributes as A
-from tracerl.schemas.tokens import decode
 
-PLAN = tc.Plan("chat", ask=True, strip_token_ids=True, strip_logprobs=True, stream=False)
+PLAN = Plan("chat", ask=True, strip_token_ids=True, strip_logprobs=True, stream=False)
 
 
 def reference_strip(raw: bytes) -> dict:
@@ -28,8 +29,8 @@ def reference_strip(raw: bytes) -> dict:
     return body
 
 
-def agent_body(plan: tc.Plan, raw: bytes) -> dict:
-    body, _ = tc.split_answer(plan, raw)
+def agent_body(plan: Plan, raw: bytes) -> dict:
+    body, _ = split_answer(plan, raw)
     return orjson.loads(body)
 
 
@@ -74,26 +75,18 @@ def test_any_answer_strips_like_the_obvious_parse_and_remove(top, choices, promp
 
 def test_members_the_agent_asked_for_itself_stay():
     raw = b'{"prompt_token_ids":[5],"choices":[{"token_ids":[1],"logprobs":{"content":[]}}]}'
-    own = tc.Plan("chat", ask=True, strip_token_ids=False, strip_logprobs=False, stream=False)
+    own = Plan("chat", ask=True, strip_token_ids=False, strip_logprobs=False, stream=False)
     assert agent_body(own, raw) == orjson.loads(raw)
 
 
 @pytest.mark.parametrize("raw", [b"[1, 2]", b'"text"', b'{"id": "c1",', b"", b"not json", b'{"a":1}{"b":2}'])
 def test_what_is_not_a_json_object_is_left_to_the_agent_untouched(raw):
-    assert tc.split_answer(PLAN, raw) is None
+    assert split_answer(PLAN, raw) is None
 
 
 def test_choices_that_are_not_objects_are_passed_through():
     raw = b'{"prompt_token_ids":[5],"choices":"odd"}'
     assert agent_body(PLAN, raw) == {"choices": "odd"}
-
-
-@pytest.mark.parametrize("bad", [[1, "x"], [3_000_000_000], [1.5], "12", {"a": 1}, [[1]], None])
-def test_ids_that_are_not_int32_make_a_call_without_token_ids_never_a_crash(bad):
-    missing_before = sum(tc.STATS.missing.values())
-    attributes = tc.token_attributes(PLAN, tc.Tokens(prompt_ids=bad, completion_ids=[3]), "packed")
-    assert A.PROMPT_TOKEN_IDS not in attributes and "no token ids" in attributes[A.TOKEN_IDS_MISSING]
-    assert sum(tc.STATS.missing.values()) == missing_before + 1
 
 
 def test_the_tokens_of_choice_0_are_read_later_from_the_cut_members():
@@ -104,28 +97,26 @@ def test_the_tokens_of_choice_0_are_read_later_from_the_cut_members():
                      "logprobs": {"content": [{"token": "h", "logprob": -0.5}, {"token": "i", "logprob": -0.25}]}}],
         "prompt_token_ids": [1, 2],
     })
-    _, raw_tokens = tc.split_answer(PLAN, raw)
-    attributes = tc.token_attributes(PLAN, raw_tokens.read(), "packed")
-    assert decode(attributes[A.PROMPT_TOKEN_IDS]) == [1, 2] and decode(attributes[A.COMPLETION_TOKEN_IDS]) == [3, 4]
-    assert decode(attributes[A.COMPLETION_LOGPROBS]) == [-0.5, -0.25]
-    assert attributes[A.POLICY_VERSION] == 4 and A.TOKEN_IDS_MISSING not in attributes
+    _, raw_tokens = split_answer(PLAN, raw)
+    assert raw_tokens.read() == Tokens(prompt_ids=[1, 2], completion_ids=[3, 4], logprobs=[-0.5, -0.25], policy_version=4)
+
+
+def test_completion_log_probs_are_read_from_their_own_layout():
+    plan = Plan("completions", ask=True, strip_token_ids=True, strip_logprobs=True, stream=False)
+    raw = b'{"choices":[{"index":0,"text":"hi","token_ids":[3,4],"logprobs":{"tokens":["h","i"],"token_logprobs":[-0.5,-0.25]}}]}'
+    body, raw_tokens = split_answer(plan, raw)
+    assert orjson.loads(body) == {"choices": [{"index": 0, "text": "hi", "logprobs": None}]}
+    assert raw_tokens.read().logprobs == [-0.5, -0.25]
 
 
 def test_the_policy_version_header_counts_when_the_body_has_none():
-    _, raw_tokens = tc.split_answer(PLAN, b'{"choices":[{"token_ids":[3]}],"prompt_token_ids":[1]}')
+    _, raw_tokens = split_answer(PLAN, b'{"choices":[{"token_ids":[3]}],"prompt_token_ids":[1]}')
     assert raw_tokens.read({A.POLICY_VERSION_HEADER: "12"}).policy_version == 12
 
 
 def test_malformed_log_probs_make_a_call_without_log_probs_never_an_error():
     raw = b'{"choices":[{"index":0,"token_ids":[2],"logprobs":{"content":[{"token":"x"}]}}],"prompt_token_ids":[1]}'
-    _, raw_tokens = tc.split_answer(PLAN, raw)
-    attributes = tc.token_attributes(PLAN, raw_tokens.read(), "packed")
-    assert A.COMPLETION_LOGPROBS not in attributes and decode(attributes[A.COMPLETION_TOKEN_IDS]) == [2]
+    _, raw_tokens = split_answer(PLAN, raw)
+    tokens = raw_tokens.read()
+    assert tokens.logprobs is None and tokens.completion_ids == [2]
 
-
-def test_ids_too_big_for_any_json_number_type_make_a_call_without_token_ids():
-    raw = b'{"choices":[{"index":0,"token_ids":[123456789012345678901234567890]}],"prompt_token_ids":[1]}'
-    body, raw_tokens = tc.split_answer(PLAN, raw)
-    assert orjson.loads(body) == {"choices": [{"index": 0}]}
-    attributes = tc.token_attributes(PLAN, raw_tokens.read(), "packed")
-    assert A.COMPLETION_TOKEN_IDS not in attributes and A.TOKEN_IDS_MISSING in attributes

@@ -1,0 +1,172 @@
+"""Streamed answers: tokens gathered over the SSE events of one response, each event
+stripped of what tracerl asked for before the agent's SDK reads it.
+
+:class:`SSERewriter` cuts the byte stream into events, incrementally, for sync and async
+streams alike; :class:`StreamTokens` reads each event's JSON (an event is small: parsing it
+costs little) and keeps choice 0's ids, log-probs, text and tool calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping
+
+import orjson
+
+from tracerl.instrumentation.call_tokens import Tokens, choice_logprobs, read_policy_version
+from tracerl.instrumentation.request_plan import Plan
+from tracerl.schemas import attributes as A
+
+
+def _strip_choice(plan: Plan, choice: dict) -> None:
+    if plan.strip_token_ids:
+        choice.pop(A.VLLM_CHOICE_TOKEN_IDS_FIELD, None)
+    if plan.strip_logprobs and "logprobs" in choice:
+        choice["logprobs"] = None
+
+
+class StreamTokens:
+    """Accumulate tokens over the chunks of one streamed response, stripping each."""
+
+    def __init__(self, plan: Plan, headers: Mapping[str, str] | None = None) -> None:
+        self.plan = plan
+        self.tokens = Tokens()
+        self._headers = headers
+        self._ids: list[int] = []
+        self._logprobs: list[float] = []
+        self._saw_ids = False
+        self._saw_logprobs = False
+        self.text: list[str] = []  # streamed text of choice 0 (for the gateway's span)
+        self.response_id: str | None = None
+        self.response_model: str | None = None
+        self.finish_reason: str | None = None
+        self.tool_calls: dict[int, dict] = {}  # streamed tool calls of choice 0, merged by index
+
+    def chunk(self, body: dict) -> None:
+        plan = self.plan
+        if self.response_id is None:
+            self.response_id, self.response_model = body.get("id"), body.get("model")
+        if self.tokens.policy_version is None:
+            self.tokens.policy_version = read_policy_version(body.get(A.POLICY_VERSION_FIELD), self._headers)
+        prompt = body.get(A.VLLM_PROMPT_TOKEN_IDS_FIELD)
+        if prompt is not None:
+            self.tokens.prompt_ids = prompt
+        if plan.strip_token_ids:
+            body.pop(A.VLLM_PROMPT_TOKEN_IDS_FIELD, None)
+        for choice in body.get("choices") or ():
+            if choice.get("index", 0) == 0:
+                ids = choice.get(A.VLLM_CHOICE_TOKEN_IDS_FIELD)
+                if ids is not None:
+                    self._saw_ids = True
+                    self._ids.extend(ids)
+                logprobs = choice_logprobs(plan.kind, choice.get("logprobs"))
+                if logprobs is not None:
+                    self._saw_logprobs = True
+                    self._logprobs.extend(logprobs)
+                self._content(choice)
+            _strip_choice(plan, choice)
+
+    def _content(self, choice: dict) -> None:
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+        if self.plan.kind != "chat":
+            if choice.get("text"):
+                self.text.append(choice["text"])
+            return
+        delta = choice.get("delta") or {}
+        if delta.get("content"):
+            self.text.append(delta["content"])
+        for call in delta.get("tool_calls") or ():
+            merged = self.tool_calls.setdefault(call.get("index", 0), {"type": "function", "function": {"name": "", "arguments": ""}})
+            if call.get("id"):
+                merged["id"] = call["id"]
+            function = call.get("function") or {}
+            merged["function"]["name"] += function.get("name") or ""
+            merged["function"]["arguments"] += function.get("arguments") or ""
+
+    def result(self) -> Tokens:
+        if self._saw_ids:
+            self.tokens.completion_ids = self._ids
+        if self._saw_logprobs:
+            self.tokens.logprobs = self._logprobs
+        return self.tokens
+
+
+class SSERewriter:
+    """Rewrite an SSE byte stream event by event (incremental, for sync and async)."""
+
+    def __init__(self, stream_tokens: StreamTokens, on_done: Callable[[], None]) -> None:
+        self._tokens = stream_tokens
+        self._on_done = on_done
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The rewritten bytes of every event completed by ``chunk``."""
+        self._buffer += chunk
+        out = []
+        while True:
+            end = _event_end(self._buffer)
+            if end < 0:
+                break
+            event, self._buffer = self._buffer[:end], self._buffer[end:]
+            out.append(self._rewrite(event))
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        """Whatever is left when the stream ends; finishes the capture."""
+        event, self._buffer = self._buffer, b""
+        out = self._rewrite(event) if event else b""
+        self._on_done()
+        return out
+
+    def rewrite(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        """The rewritten stream of a sync byte stream."""
+        for chunk in chunks:
+            out = self.feed(chunk)
+            if out:
+                yield out
+        tail = self.flush()
+        if tail:
+            yield tail
+
+    async def arewrite(self, chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+        """The rewritten stream of an async byte stream."""
+        async for chunk in chunks:
+            out = self.feed(chunk)
+            if out:
+                yield out
+        tail = self.flush()
+        if tail:
+            yield tail
+
+    def _rewrite(self, event: bytes) -> bytes:
+        lines = event.splitlines(keepends=True)
+        changed = False
+        for i, line in enumerate(lines):
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                # record before the agent reads [DONE]: its instrumentation ends the span then
+                self._on_done()
+                continue
+            if not payload.startswith(b"{"):
+                continue
+            try:
+                body = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                continue
+            self._tokens.chunk(body)
+            ending = line[len(line.rstrip(b"\r\n")) :]
+            lines[i] = b"data: " + orjson.dumps(body) + ending
+            changed = True
+        return b"".join(lines) if changed else event
+
+
+def _event_end(buffer: bytes) -> int:
+    """Index just past the first complete SSE event (blank-line terminated), or -1."""
+    best = -1
+    for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
+        i = buffer.find(sep)
+        if i >= 0 and (best < 0 or i + len(sep) < best):
+            best = i + len(sep)
+    return best

@@ -1,0 +1,56 @@
+"""What tracerl adds to an LLM request, so that exactly that is removed from its answer.
+
+The agent must see exactly what it would see without tracerl: a request is rewritten to
+ask vLLM (or tracerl's server) for what training needs (``return_token_ids``, log-probs)
+only where the agent did not ask for them itself, and the :class:`Plan` remembers which
+fields were added, for :mod:`~tracerl.instrumentation.answer_split` (whole answers) and
+:mod:`~tracerl.instrumentation.answer_stream` (streamed ones) to take out again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+CHAT_PATH = "/chat/completions"
+COMPLETIONS_PATH = "/completions"
+
+
+def endpoint_kind(path: str) -> str | None:
+    """``chat`` or ``completions`` for an OpenAI generation path, else ``None``."""
+    if path.endswith(CHAT_PATH):
+        return "chat"
+    if path.endswith(COMPLETIONS_PATH):
+        return "completions"
+    return None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What was added to one request, so exactly that is removed from its response."""
+
+    kind: str  # chat | completions
+    ask: bool  # token ids and log-probs were asked for
+    strip_token_ids: bool
+    strip_logprobs: bool
+    stream: bool
+    reason: str | None = None  # why tokens were not asked for
+
+
+def plan_request(kind: str, body: Mapping[str, Any], ask: bool, reason: str | None = None) -> tuple[Plan, dict | None]:
+    """The plan for a request body and the body to send (``None``: send it unchanged)."""
+    stream = bool(body.get("stream"))
+    if not ask:
+        return Plan(kind, False, False, False, stream, reason), None
+    new = dict(body)
+    strip_ids = not body.get("return_token_ids")
+    new["return_token_ids"] = True
+    if kind == "chat":
+        strip_logprobs = not body.get("logprobs")
+        new["logprobs"] = True
+    else:
+        strip_logprobs = body.get("logprobs") is None
+        if strip_logprobs:
+            new["logprobs"] = 1
+    return Plan(kind, True, strip_ids, strip_logprobs, stream), new

@@ -1,0 +1,42 @@
+"""What tracerl adds to a request is what it takes out of the answer: never a field the
+agent asked for itself."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracerl.instrumentation.request_plan import endpoint_kind, plan_request
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [("/v1/chat/completions", "chat"), ("/v1/completions", "completions"), ("/v1/embeddings", None), ("/v1/models", None)],
+)
+def test_only_generation_endpoints_are_planned(path, kind):
+    assert endpoint_kind(path) == kind
+
+
+def test_a_chat_request_asks_for_ids_and_log_probs_and_the_agent_s_body_is_left_alone():
+    body = {"model": "m", "messages": MESSAGES}
+    plan, sent = plan_request("chat", body, ask=True)
+    assert sent == {**body, "return_token_ids": True, "logprobs": True} and body == {"model": "m", "messages": MESSAGES}
+    assert plan.strip_token_ids and plan.strip_logprobs and not plan.stream
+
+
+def test_what_the_agent_asked_for_itself_stays_in_the_answer():
+    plan, _ = plan_request("chat", {"messages": MESSAGES, "logprobs": True, "return_token_ids": True, "stream": True}, ask=True)
+    assert not plan.strip_token_ids and not plan.strip_logprobs and plan.stream
+
+
+@pytest.mark.parametrize(("asked", "strip", "sent"), [(None, True, 1), (0, False, 0), (5, False, 5)])
+def test_completions_log_probs_are_a_count_and_zero_is_the_agent_s_own(asked, strip, sent):
+    body = {"prompt": "2+2="} if asked is None else {"prompt": "2+2=", "logprobs": asked}
+    plan, new = plan_request("completions", body, ask=True)
+    assert plan.strip_logprobs is strip and new["logprobs"] == sent
+
+
+def test_a_refused_request_is_sent_unchanged_with_the_reason():
+    plan, sent = plan_request("chat", {"messages": MESSAGES}, ask=False, reason="hosted API api.openai.com")
+    assert sent is None and not plan.ask and plan.reason == "hosted API api.openai.com"
