@@ -42,6 +42,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tracerl.instrumentation.parquet_exporter import ParquetSpanExporter
+from tracerl.schemas import attributes as A
 from tracerl_testing.loadgen import encode_batches, make_spans
 
 GRPC_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -134,13 +135,13 @@ def http_sender(port: int, clients: int, bodies: list[bytes]) -> Callable[[int, 
 
     def send(k: int, i: int) -> float | None:
         conn = connections[k]
-        conn.request("POST", "/v1/traces", body=bodies[i], headers={"Content-Type": "application/x-protobuf"})
+        conn.request("POST", "/v1/traces", body=bodies[i], headers={A.CONTENT_TYPE_HEADER: "application/x-protobuf"})
         reply = conn.getresponse()
         reply.read()
         if reply.status == 200:
             return None
         if reply.status in (429, 503):
-            return float(reply.headers.get("Retry-After", "1"))
+            return float(reply.headers.get(A.RETRY_AFTER_HEADER, "1"))
         raise RuntimeError(f"HTTP {reply.status} from port {port}")
 
     return send
@@ -257,8 +258,8 @@ def main() -> None:
         agl_proc, agl_port = start_agl(shutil.which(args.agl))
         # the store only keeps spans of a rollout it knows: start one, tag every span with it
         rollout = httpx.post(f"http://127.0.0.1:{agl_port}/v1/agl/rollouts", json={"input": {"task": "bench"}}).json()
-        resource = {"agentlightning.rollout_id": rollout["rollout_id"],
-                    "agentlightning.attempt_id": rollout["attempt"]["attempt_id"]}
+        resource = {A.AGENTLIGHTNING_ROLLOUT_ID: rollout["rollout_id"],
+                    A.AGENTLIGHTNING_ATTEMPT_ID: rollout["attempt"]["attempt_id"]}
     else:
         print(f"peer: agentlightning not installed beside `agl` (--agl {args.agl!r}), skipped; install it in its own venv:\n"
               "  python3 -m venv /tmp/aglvenv && /tmp/aglvenv/bin/pip install torch==2.13.0 agentlightning==0.3.0")

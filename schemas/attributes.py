@@ -108,3 +108,8 @@ OPENINFERENCE_OUTPUT_VALUE = "output.value"
 # agentops
 AGENTOPS_SPAN_KIND = "agentops.span.kind"  # llm, tool, agent...
 AGENTOPS_REQUEST_TYPE = "gen_ai.request.type"  # agentops' older layout of OPENLLMETRY_REQUEST_TYPE
+
+# Agent Lightning (the benchmarks' peer): its store keeps only spans whose resource names a
+# rollout and attempt it started
+AGENTLIGHTNING_ROLLOUT_ID = "agentlightning.rollout_id"
+AGENTLIGHTNING_ATTEMPT_ID = "agentlightning.attempt_id"

@@ -36,7 +36,7 @@ def make_spans(
     """``n`` finished spans; ``resource`` adds resource attributes (e.g. a peer's routing keys)."""
     rng = random.Random(seed)
     exporter = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({"service.name": service, **(resource or {})}))
+    provider = TracerProvider(resource=Resource.create({A.SERVICE_NAME: service, **(resource or {})}))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("tracerl.loadgen", "1")
     for i in range(n):
@@ -56,7 +56,7 @@ def make_spans(
             }
             name = "chat tiny"
         else:
-            attributes |= {"gen_ai.tool.name": "calculator", "tool.input": f"{i} * 7"}
+            attributes |= {A.GEN_AI_TOOL_NAME: "calculator", "tool.input": f"{i} * 7"}
             name = "execute_tool calculator"
         with tracer.start_as_current_span(name, attributes=attributes):
             pass
