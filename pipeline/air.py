@@ -23,6 +23,7 @@ from pathlib import Path
 import duckdb
 
 from tracerl.pipeline.source import PipelineInputError
+from tracerl.pipeline.sql_text import sql_str
 from tracerl.schemas import attributes as A
 
 TARGETS = ("requesting_call", "self", "episode_end")
@@ -120,8 +121,6 @@ def air_rewards_sql(con: duckdb.DuckDBPyConnection, rules: list[Rule]) -> str | 
     (one boolean per rule), so more rules do not mean more scans. Each predicate is
     first checked alone, so a typo fails with the rule's name.
     """
-    if not rules:
-        return None
     for rule in rules:
         try:
             con.execute(f"SELECT count(*) FROM (SELECT * FROM spans LIMIT 0) WHERE {rule.where}")
@@ -131,14 +130,16 @@ def air_rewards_sql(con: duckdb.DuckDBPyConnection, rules: list[Rule]) -> str | 
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE air_hits AS
-        SELECT episode_id, trace_id, span_id, start_time_unix_nano, end_time_unix_nano, [{flags}] AS hits
-        FROM spans WHERE {" OR ".join(f"({rule.where})" for rule in rules)}
+        SELECT episode_id, trace_id, span_id, start_time_unix_nano, end_time_unix_nano, [{flags}]::BOOLEAN[] AS hits
+        FROM spans WHERE {" OR ".join(f"({rule.where})" for rule in rules) or "false"}
         """
     )
+    if not rules:
+        return None
     parts = []
     for i, rule in enumerate(rules, start=1):
         time = {"requesting_call": "start_time_unix_nano", "self": "end_time_unix_nano", "episode_end": "NULL"}[rule.target]
-        name = "'air." + rule.name.replace("'", "''") + "'"
+        name = sql_str("air." + rule.name)
         parts.append(
             f"SELECT episode_id, {time}::BIGINT AS time_ns, {name} AS name, {float(rule.value)!r}::DOUBLE AS value, "
             f"'air' AS source, trace_id AS origin_trace_id, span_id AS origin_span_id, NULL::VARCHAR AS response_id "

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 import tracerl
-from tracerl.pipeline import air, episodes, normalize, rewards, selection, source
-from tracerl.pipeline.credit import assign_credit
+from tracerl.pipeline import air, credit, episodes, normalize, rewards, selection, source
+from tracerl.pipeline.counts import stage_counts, warnings
+from tracerl.pipeline.sql_text import sql_list
 from tracerl.pipeline.writer import dataset_tables, write_dataset
 from tracerl.schemas import DATASET_SCHEMA, DATASET_SCHEMA_VERSION, SPANS_SCHEMA_VERSION
 from tracerl.storage import write_parquet_atomic
@@ -108,7 +108,7 @@ def _processed_view(con: duckdb.DuckDBPyConnection, out: Path | None, incrementa
     files = source.parquet_files(out / STATE_DIR) if (incremental and out and (out / STATE_DIR).is_dir()) else []
     if files:
         con.execute(
-            f"CREATE OR REPLACE VIEW processed AS SELECT DISTINCT episode_id FROM read_parquet({source.sql_list([str(f) for f in files])})"
+            f"CREATE OR REPLACE VIEW processed AS SELECT DISTINCT episode_id FROM read_parquet({sql_list([str(f) for f in files])})"
         )
     else:
         con.execute("CREATE OR REPLACE VIEW processed AS SELECT NULL::VARCHAR AS episode_id WHERE false")
@@ -140,97 +140,9 @@ def analyze(
         con, agents=options.agents, splits=options.splits, policy_versions=options.policy_versions
     )
     selection.attach_rewards(con, options.reward_weights)
-    _choose(con, options)
-    counts = _counts(con, files, previously)
+    credit.choose_transitions(con, credit=options.credit, gamma=options.gamma, advantage=options.advantage)
+    counts = stage_counts(con, files, previously)
     return Analysis(con=con, files=files, options=options, rules=rules, counts=counts)
-
-
-def _choose(con: duckdb.DuckDBPyConnection, options: BuildOptions) -> None:
-    """Table ``chosen``: policy calls of rewarded episodes with token ids, credit assigned."""
-    con.execute(
-        """
-        CREATE OR REPLACE TEMP TABLE rewarded_episodes AS
-        SELECT DISTINCT episode_id FROM attached_rewards
-        WHERE source IN ('span', 'event', 'late') AND weight <> 0
-        """
-    )
-    calls = con.sql(
-        """
-        SELECT p.episode_id, p.task_id, p.split, p.agent_name, p.step, p.policy_version, p.trace_id, p.span_id,
-               p.response_id, p.file_index, p.file_row, p.content_layout, p.has_tokens,
-               coalesce(r.reward, 0.0) AS reward
-        FROM policy_calls p
-        JOIN rewarded_episodes USING (episode_id)
-        LEFT JOIN (SELECT episode_id, step, sum(value * weight) AS reward FROM attached_rewards GROUP BY ALL) r
-            USING (episode_id, step)
-        """
-    ).pl()
-    if calls.is_empty():
-        calls = calls.with_columns(pl.lit(None, pl.Float64).alias("return"), pl.lit(None, pl.Float64).alias("advantage"))
-    else:
-        calls = assign_credit(calls, credit=options.credit, gamma=options.gamma, advantage=options.advantage)
-    con.register("credited", calls.to_arrow())
-    con.execute("CREATE OR REPLACE TEMP TABLE chosen AS SELECT * FROM credited WHERE has_tokens")
-    con.unregister("credited")
-
-
-def _grouped(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, int]:
-    return {str(k): int(v) for k, v in con.execute(sql).fetchall()}
-
-
-def _counts(con: duckdb.DuckDBPyConnection, files: source.SpanFiles, previously: int) -> dict[str, Any]:
-    one = lambda sql: con.execute(sql).fetchall()[0][0]  # noqa: E731
-    skipped_calls = _grouped(con, "SELECT excluded, count(*) FROM call_status WHERE excluded IS NOT NULL GROUP BY 1")
-    no_reward_calls = one("SELECT count(*) FROM policy_calls WHERE episode_id NOT IN (SELECT episode_id FROM rewarded_episodes)")
-    no_tokens = one(
-        "SELECT count(*) FROM policy_calls WHERE NOT has_tokens AND episode_id IN (SELECT episode_id FROM rewarded_episodes)"
-    )
-    if no_reward_calls:
-        skipped_calls["episode_no_reward"] = no_reward_calls
-    if no_tokens:
-        skipped_calls["no_token_ids"] = no_tokens
-    return {
-        "files": {"read": len(files.files), "rejected": len(files.rejected), "reward_files": len(files.reward_files)},
-        "spans": {
-            "rows": one("SELECT count(*) FROM raw_spans"),
-            "distinct": one("SELECT count(*) FROM span_meta"),
-            "content_layouts": _grouped(con, "SELECT content_layout, count(*) FROM llm_calls GROUP BY 1 ORDER BY 1"),
-        },
-        "episodes": {
-            "total": one("SELECT count(*) FROM episodes"),
-            "finished": one("SELECT count(*) FROM episodes WHERE finished"),
-            "pending": one("SELECT count(*) FROM episodes WHERE pending"),
-            "truncated": one("SELECT count(*) FROM episodes WHERE truncated AND episode_id IN (SELECT episode_id FROM chosen)"),
-            "without_llm_calls": one("SELECT count(*) FROM episodes WHERE episode_id NOT IN (SELECT episode_id FROM llm_calls)"),
-            "with_policy_calls": one("SELECT count(DISTINCT episode_id) FROM policy_calls"),
-            "without_reward": one(
-                "SELECT count(DISTINCT episode_id) FROM policy_calls WHERE episode_id NOT IN (SELECT episode_id FROM rewarded_episodes)"
-            ),
-            "already_processed": previously,
-            "emitted": one("SELECT count(DISTINCT episode_id) FROM chosen"),
-        },
-        "llm_calls": {
-            "total": one("SELECT count(*) FROM llm_calls"),
-            "merged_duplicates": one("SELECT coalesce(sum(copies - 1), 0) FROM llm_calls"),
-            "policy_calls": one("SELECT count(*) FROM policy_calls"),
-            "by_agent": _grouped(
-                con, "SELECT coalesce(agent_name, '(none)'), count(*) FROM llm_calls GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20"
-            ),
-            "skipped": dict(sorted(skipped_calls.items())),
-        },
-        "rewards": {
-            "by_source": _grouped(con, "SELECT source, count(*) FROM rewards GROUP BY 1 ORDER BY 1"),
-            "by_name": _grouped(con, "SELECT name, count(*) FROM rewards GROUP BY 1 ORDER BY 1"),
-            "without_value": one("SELECT count(*) FROM rewards WHERE value IS NULL"),
-            "unmatched_episode": one("SELECT count(*) FROM rewards WHERE episode_id IS NULL"),
-            "episode_without_policy_calls": one(
-                "SELECT count(*) FROM rewards WHERE value IS NOT NULL AND episode_id IS NOT NULL "
-                "AND episode_id NOT IN (SELECT episode_id FROM policy_calls)"
-            ),
-            "ignored_by_weights": one("SELECT count(*) FROM attached_rewards WHERE weight = 0"),
-        },
-        "transitions": one("SELECT count(*) FROM chosen"),
-    }
 
 
 def _clear_previous(out: Path, previous: set[Path]) -> None:
@@ -316,38 +228,6 @@ def build_dataset(
     text = json.dumps(manifest, indent=2)
     (out_dir / "manifest.json").write_text(text + "\n")
     return json.loads(text)  # exactly what a reader of the file sees (tuples become lists)
-
-
-def warnings(inputs: dict[str, Any], c: dict[str, Any]) -> list[str]:
-    """Plain-language reasons why data did not become transitions (shown by the CLI and doctor)."""
-    notes = []
-    if not inputs["span_files"]:
-        notes.append(f"no readable span files under {inputs['spans']}")
-    for rejected in inputs["rejected_files"]:
-        notes.append(f"skipped file {rejected['file']}: {rejected['reason']}")
-    if inputs["span_files"] and not c["llm_calls"]["total"]:
-        notes.append("no LLM calls found: spans need token ids or gen_ai/OpenLLMetry/OpenInference LLM attributes")
-    labels = {
-        "no_token_ids": "LLM call(s) without prompt/completion token ids (serve with token ids returned, e.g. vLLM return_token_ids)",
-        "agent_filter": "LLM call(s) excluded by --agents",
-        "policy_version_filter": "LLM call(s) excluded by --policy-versions",
-        "split_filter": "LLM call(s) excluded by --split",
-        "episode_pending": "LLM call(s) in episodes that have not finished yet (held back until they end or time out)",
-        "episode_no_reward": "LLM call(s) in episodes with no reward (emit tracerl.reward or pass --rewards)",
-        "already_processed": "LLM call(s) in episodes an earlier incremental run already processed",
-    }
-    for reason, n in c["llm_calls"]["skipped"].items():
-        notes.append(f"{n} {labels.get(reason, reason)}")
-    r = c["rewards"]
-    if r["unmatched_episode"]:
-        notes.append(f"{r['unmatched_episode']} reward(s) name an episode, trace or response not found in the spans")
-    if r["without_value"]:
-        notes.append(f"{r['without_value']} reward(s) without a numeric tracerl.reward.value")
-    if r["ignored_by_weights"]:
-        notes.append(f"{r['ignored_by_weights']} reward(s) ignored: their name has no --reward-weight")
-    if c["episodes"]["truncated"]:
-        notes.append(f"{c['episodes']['truncated']} episode(s) never finished and were processed after the timeout (truncated)")
-    return notes
 
 
 def read_manifest(out: str | os.PathLike) -> dict[str, Any]:

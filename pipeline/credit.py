@@ -1,6 +1,11 @@
 """Credit assignment (episode return -> each call) and advantage estimation per task group.
 
-Input: one row per policy call with ``episode_id``, ``task_id``, ``step`` and its
+:func:`choose_transitions` is the stage: it takes the policy calls of rewarded episodes
+with their immediate rewards from DuckDB, assigns credit in Polars (the per-call table
+is light: no tokens, no text) and leaves table ``chosen``, the rows the writer will
+write. :func:`assign_credit` is the arithmetic.
+
+Input of :func:`assign_credit`: one row per policy call with ``episode_id``, ``task_id``, ``step`` and its
 immediate ``reward`` (outcome rewards attached to the call plus intermediate ones).
 
 - ``identical`` (the paper): every call's return is the episode's total reward.
@@ -19,8 +24,12 @@ ones in the baseline:
 
 from __future__ import annotations
 
+import duckdb
 import numpy as np
 import polars as pl
+
+from tracerl.pipeline.rewards import OUTCOME_SOURCES
+from tracerl.pipeline.sql_text import sql_str
 
 CREDITS = ("identical", "discounted")
 ADVANTAGES = ("grpo", "rloo", "none")
@@ -80,3 +89,40 @@ def assign_credit(calls: pl.DataFrame, *, credit: str, gamma: float, advantage: 
     return df.with_columns(adv.cast(pl.Float64).alias("advantage")).drop(
         "episode_return", "group_mean", "group_std", "group_sum", "group_size"
     )
+
+
+def choose_transitions(con: duckdb.DuckDBPyConnection, *, credit: str, gamma: float, advantage: str) -> None:
+    """Tables ``rewarded_episodes`` and ``chosen``: policy calls of rewarded episodes with token ids, credit assigned.
+
+    An episode counts as rewarded when an outcome reward (not only AIR penalties) with a
+    non-zero weight reached one of its policy calls. Calls without token ids take part in
+    the credit of their episode (their step and reward count) but are not chosen.
+    """
+    outcome = ", ".join(sql_str(s) for s in OUTCOME_SOURCES)
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE rewarded_episodes AS
+        SELECT DISTINCT episode_id FROM attached_rewards
+        WHERE source IN ({outcome}) AND weight <> 0
+        """
+    )
+    calls = con.sql(
+        """
+        SELECT p.episode_id, p.task_id, p.split, p.agent_name, p.step, p.policy_version, p.trace_id, p.span_id,
+               p.response_id, p.file_index, p.file_row, p.content_layout, p.has_tokens,
+               coalesce(r.reward, 0.0) AS reward
+        FROM policy_calls p
+        JOIN rewarded_episodes USING (episode_id)
+        LEFT JOIN (SELECT episode_id, step, sum(value * weight) AS reward FROM attached_rewards GROUP BY ALL) r
+            USING (episode_id, step)
+        """
+    ).pl()
+    if calls.is_empty():
+        calls = calls.with_columns(pl.lit(None, pl.Float64).alias("return"), pl.lit(None, pl.Float64).alias("advantage"))
+    else:
+        calls = assign_credit(calls, credit=credit, gamma=gamma, advantage=advantage)
+    con.register("credited", calls.to_arrow())
+    try:
+        con.execute("CREATE OR REPLACE TEMP TABLE chosen AS SELECT * FROM credited WHERE has_tokens")
+    finally:
+        con.unregister("credited")

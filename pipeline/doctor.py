@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tracerl.pipeline.build import Analysis, BuildOptions, analyze, warnings
+from tracerl.pipeline.build import Analysis, BuildOptions, analyze
+from tracerl.pipeline.counts import warnings
 
 
 def _calls_without_prompt_ids(analysis: Analysis) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import duckdb
 
 from tracerl.pipeline.layouts import CONTENT_LAYOUTS, NO_CONTENT
+from tracerl.pipeline.sql_text import sql_str
 from tracerl.schemas import attributes as A
 
 # column of span_meta -> attribute; all are extracted with one JSON parse per span
@@ -42,20 +43,16 @@ _MESSAGE_KEYS = tuple(key for layout in CONTENT_LAYOUTS if not layout.flattened 
 LLM_OPERATIONS = ("chat", "completion", "text_completion", "generate_content")
 
 
-def _sql_str(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def _content_layout_sql(at: dict[str, str]) -> str:
     """CASE naming the first layout of CONTENT_LAYOUTS a span's attributes use (``at``: key -> extracted value)."""
     whens = []
     for layout in CONTENT_LAYOUTS:
         if layout.flattened:  # a key such as "gen_ai.prompt.0.role" in the attribute JSON
-            test = " OR ".join(f"contains(attributes, {_sql_str(chr(34) + p + '.')})" for p in (layout.input, layout.output))
+            test = " OR ".join(f"contains(attributes, {sql_str(chr(34) + p + '.')})" for p in (layout.input, layout.output))
         else:
             test = " OR ".join(f"{at[key]} IS NOT NULL" for key in (layout.input, layout.output))
-        whens.append(f"WHEN {test} THEN {_sql_str(layout.name)}")
-    return f"CASE {' '.join(whens)} ELSE {_sql_str(NO_CONTENT)} END"
+        whens.append(f"WHEN {test} THEN {sql_str(layout.name)}")
+    return f"CASE {' '.join(whens)} ELSE {sql_str(NO_CONTENT)} END"
 
 
 def _tool_call_arguments_sql() -> str:
@@ -63,12 +60,12 @@ def _tool_call_arguments_sql() -> str:
     parts = []
     for layout in CONTENT_LAYOUTS:
         if layout.flattened:
-            keys = f"list_filter(json_keys(a), lambda k: regexp_matches(k, {_sql_str(layout.tool_call_arguments_key())}))"
-            parts.append(f"CASE WHEN contains(a, {_sql_str('.' + layout.tool_calls + '.')}) "
+            keys = f"list_filter(json_keys(a), lambda k: regexp_matches(k, {sql_str(layout.tool_call_arguments_key())}))"
+            parts.append(f"CASE WHEN contains(a, {sql_str('.' + layout.tool_calls + '.')}) "
                          f"THEN list_transform({keys}, lambda k: attr(a, k)) END")
         else:
-            parts.append(f"CASE WHEN contains(a, {_sql_str(A.GEN_AI_TOOL_CALL_PART)}) "
-                         f"THEN json_extract_string(attr(a, {_sql_str(layout.output)}), {_sql_str(layout.tool_call_arguments)}) END")
+            parts.append(f"CASE WHEN contains(a, {sql_str(A.GEN_AI_TOOL_CALL_PART)}) "
+                         f"THEN json_extract_string(attr(a, {sql_str(layout.output)}), {sql_str(layout.tool_call_arguments)}) END")
     return "flatten([" + ", ".join(f"coalesce({p}, []::VARCHAR[])" for p in parts) + "])"
 
 
@@ -84,7 +81,7 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
     """Table ``span_meta``: one row per (trace_id, span_id), episode resolved, call/tool flags and content layout set."""
     con.execute(MACROS)
     keys = [*EXTRACTED.values(), *_REWARD_KEYS, *_MESSAGE_KEYS]
-    paths = "[" + ", ".join(_sql_str(f'$."{key}"') for key in keys) + "]"
+    paths = "[" + ", ".join(sql_str(f'$."{key}"') for key in keys) + "]"
     at = {key: f"x[{i + 1}]" for i, key in enumerate(keys)}  # DuckDB lists are 1-based
     picked = ", ".join(f"{at[key]} AS {column}" for column, key in EXTRACTED.items())
     con.execute(
@@ -119,7 +116,7 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
                 PARTITION BY trace_id, span_id ORDER BY has_tokens DESC, end_ns DESC, file_index, file_row) = 1
             """
         )
-    ops = ", ".join(_sql_str(o) for o in LLM_OPERATIONS)
+    ops = ", ".join(sql_str(o) for o in LLM_OPERATIONS)
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE span_meta AS

@@ -16,6 +16,7 @@ import duckdb
 
 from tracerl.pipeline.rewards import OUTCOME_SOURCES
 from tracerl.pipeline.source import PipelineInputError
+from tracerl.pipeline.sql_text import sql_str
 
 _VERSION_SPEC = re.compile(r"^\s*(>=|<=|>|<|==)?\s*(\d+)\s*$")
 
@@ -36,10 +37,6 @@ def policy_version_predicate(spec: str | None) -> str:
     return "(" + " OR ".join(terms) + ")"
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def select_policy_calls(
     con: duckdb.DuckDBPyConnection, *, agents: str | None, splits: tuple[str, ...], policy_versions: str | None
 ) -> None:
@@ -49,8 +46,8 @@ def select_policy_calls(
             re.compile(agents)
         except re.error as exc:
             raise PipelineInputError(f"--agents {agents!r} is not a valid regular expression: {exc}") from exc
-    agent_ok = f"coalesce(regexp_matches(c.agent_name, {_quote(agents)}), false)" if agents else "true"
-    split_ok = f"e.split IN ({', '.join(_quote(s) for s in splits)})" if splits else "true"
+    agent_ok = f"coalesce(regexp_matches(c.agent_name, {sql_str(agents)}), false)" if agents else "true"
+    split_ok = f"e.split IN ({', '.join(sql_str(s) for s in splits)})" if splits else "true"
     version_ok = policy_version_predicate(policy_versions).replace("policy_version", "c.policy_version")
     con.execute(
         f"""
@@ -86,7 +83,7 @@ def attach_rewards(con: duckdb.DuckDBPyConnection, weights: dict[str, float] | N
     if weights:
         con.executemany("INSERT INTO reward_weights VALUES (?, ?)", list(weights.items()))
     default_weight = "0.0" if weights else "1.0"
-    outcome = ", ".join(_quote(s) for s in OUTCOME_SOURCES)
+    outcome = ", ".join(sql_str(s) for s in OUTCOME_SOURCES)
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE attached_rewards AS

@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 
+from tracerl.pipeline.sql_text import empty_select, sql_list, sql_str
 from tracerl.schemas import REWARDS_SCHEMA, SPANS_SCHEMA
 
 # Without these a span cannot be placed in an episode or in time.
@@ -95,19 +96,6 @@ def find_span_files(path: str | os.PathLike) -> SpanFiles:
     return result
 
 
-def sql_list(files: list[str]) -> str:
-    """A DuckDB list literal of file paths."""
-    return "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
-
-
-def _empty_select(schema) -> str:
-    """A zero-row SELECT with the columns of an Arrow schema (used when there are no files)."""
-    types = {"string": "VARCHAR", "int64": "BIGINT", "double": "DOUBLE", "list<item: int32>": "INTEGER[]",
-             "list<item: float>": "FLOAT[]"}
-    cols = ", ".join(f"NULL::{types[str(f.type)]} AS \"{f.name}\"" for f in schema)
-    return f"SELECT {cols} WHERE false"
-
-
 def register_raw_spans(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
     """View ``raw_spans``: all span files, columns unified by name to ``SPANS_SCHEMA``.
 
@@ -115,20 +103,20 @@ def register_raw_spans(con: duckdb.DuckDBPyConnection, files: list[str]) -> None
     ``file_index`` (position in ``files``) and ``file_row`` locate each row, so the
     writer can later read the token arrays of exactly the rows it needs.
     """
+    con.execute("CREATE OR REPLACE TEMP TABLE span_files (file_index INTEGER, filename VARCHAR)")
     if not files:
         con.execute(
             f"CREATE OR REPLACE VIEW raw_spans AS SELECT *, NULL::INTEGER AS file_index, NULL::BIGINT AS file_row "
-            f"FROM ({_empty_select(SPANS_SCHEMA)})"
+            f"FROM ({empty_select(SPANS_SCHEMA)})"
         )
         return
+    con.executemany("INSERT INTO span_files VALUES (?, ?)", list(enumerate(files)))
     present = set()
     for f in files:
         present.update(pq.read_schema(f).names)
     cols = ", ".join(
         f'"{fld.name}"' if fld.name in present else f'NULL AS "{fld.name}"' for fld in SPANS_SCHEMA
     )
-    con.execute("CREATE OR REPLACE TEMP TABLE span_files (file_index INTEGER, filename VARCHAR)")
-    con.executemany("INSERT INTO span_files VALUES (?, ?)", list(enumerate(files)))
     con.execute(
         f"CREATE OR REPLACE VIEW raw_spans AS SELECT {cols}, f.file_index, file_row_number AS file_row "
         f"FROM read_parquet({sql_list(files)}, union_by_name = true, filename = true, file_row_number = true) "
@@ -137,16 +125,20 @@ def register_raw_spans(con: duckdb.DuckDBPyConnection, files: list[str]) -> None
 
 
 def register_late_rewards(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
-    """View ``late_rewards`` over reward files (Parquet, CSV or JSONL) keyed by episode, trace or response id."""
-    parts = [_empty_select(REWARDS_SCHEMA)]
+    """View ``late_rewards`` over reward files (Parquet, CSV or JSONL) keyed by episode, trace or response id.
+
+    A file may lack optional columns (they read as NULL); columns beyond ``REWARDS_SCHEMA`` are ignored.
+    """
+    parts = [empty_select(REWARDS_SCHEMA)]
     for f in files:
         parts.append(_reward_select(f))
-    con.execute("CREATE OR REPLACE VIEW late_rewards AS " + " UNION ALL BY NAME ".join(parts))
+    columns = ", ".join(f'"{field.name}"' for field in REWARDS_SCHEMA)
+    con.execute(f"CREATE OR REPLACE VIEW late_rewards AS SELECT {columns} FROM ({' UNION ALL BY NAME '.join(parts)})")
 
 
 def _reward_select(file: str) -> str:
     lower = file.lower()
-    quoted = "'" + file.replace("'", "''") + "'"
+    quoted = sql_str(file)
     if lower.endswith(".parquet"):
         reader = f"read_parquet({quoted})"
     elif lower.endswith(".csv"):

@@ -9,7 +9,8 @@ query shows is what ``build-dataset`` sees:
 - ``episodes``: task, split, bounds, ``finished``/``pending``/``truncated``;
 - ``rewards``: every reward (span, event, late, ``air``) with the time it refers to;
 - ``transitions``: the dataset rows if a dataset folder is given (or ``DATA/dataset``
-  holds one), else the policy calls that would become transitions, with credit assigned.
+  holds one), else the policy calls that would become transitions, with credit assigned,
+  in the dataset's columns (token arrays and messages NULL: only a build reads them).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from pathlib import Path
 import duckdb
 
 from tracerl.pipeline.build import BuildOptions, analyze
-from tracerl.pipeline.source import PipelineInputError, sql_list
+from tracerl.pipeline.source import PipelineInputError
+from tracerl.pipeline.sql_text import empty_select, sql_list
+from tracerl.schemas import DATASET_SCHEMA
 from tracerl.schemas import attributes as A
 
 VIEWS = ("spans", "llm_calls", "episodes", "rewards", "transitions")
@@ -59,6 +62,10 @@ def open_views(data: str | os.PathLike, dataset: str | os.PathLike | None = None
         raise PipelineInputError(f"no transitions-*.parquet in {folder}: build a dataset there first")
     if files:
         con.execute(f"CREATE OR REPLACE VIEW transitions AS SELECT * FROM read_parquet({sql_list(files)})")
-    else:
-        con.execute("CREATE OR REPLACE VIEW transitions AS SELECT * EXCLUDE (file_index, file_row) FROM chosen")
+    else:  # the dataset's columns; token arrays and messages are read from the span files only by a build
+        chosen = {column[0] for column in con.sql("SELECT * FROM chosen LIMIT 0").description}
+        known = ", ".join(f'"{name}"' for name in DATASET_SCHEMA.names if name in chosen)
+        con.execute(
+            f"CREATE OR REPLACE VIEW transitions AS {empty_select(DATASET_SCHEMA)} UNION ALL BY NAME SELECT {known} FROM chosen"
+        )
     return con

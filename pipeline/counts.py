@@ -1,0 +1,108 @@
+"""Counts of what each stage kept and dropped, and the plain-language warnings made from them.
+
+The build records them in its manifest (and the CLI prints the warnings); ``pipeline
+doctor`` shows them as a funnel. Both read the same numbers from here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from tracerl.pipeline.source import SpanFiles
+
+
+def _grouped(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, int]:
+    return {str(k): int(v) for k, v in con.execute(sql).fetchall()}
+
+
+def stage_counts(con: duckdb.DuckDBPyConnection, files: SpanFiles, previously: int) -> dict[str, Any]:
+    """What each stage kept and dropped, read from the tables after the last stage (``chosen``).
+
+    ``previously``: episodes an earlier incremental build already turned into transitions.
+    """
+    one = lambda sql: con.execute(sql).fetchall()[0][0]  # noqa: E731
+    skipped_calls = _grouped(con, "SELECT excluded, count(*) FROM call_status WHERE excluded IS NOT NULL GROUP BY 1")
+    no_reward_calls = one("SELECT count(*) FROM policy_calls WHERE episode_id NOT IN (SELECT episode_id FROM rewarded_episodes)")
+    no_tokens = one(
+        "SELECT count(*) FROM policy_calls WHERE NOT has_tokens AND episode_id IN (SELECT episode_id FROM rewarded_episodes)"
+    )
+    if no_reward_calls:
+        skipped_calls["episode_no_reward"] = no_reward_calls
+    if no_tokens:
+        skipped_calls["no_token_ids"] = no_tokens
+    return {
+        "files": {"read": len(files.files), "rejected": len(files.rejected), "reward_files": len(files.reward_files)},
+        "spans": {
+            "rows": one("SELECT count(*) FROM raw_spans"),
+            "distinct": one("SELECT count(*) FROM span_meta"),
+            "content_layouts": _grouped(con, "SELECT content_layout, count(*) FROM llm_calls GROUP BY 1 ORDER BY 1"),
+        },
+        "episodes": {
+            "total": one("SELECT count(*) FROM episodes"),
+            "finished": one("SELECT count(*) FROM episodes WHERE finished"),
+            "pending": one("SELECT count(*) FROM episodes WHERE pending"),
+            "truncated": one("SELECT count(*) FROM episodes WHERE truncated AND episode_id IN (SELECT episode_id FROM chosen)"),
+            "without_llm_calls": one("SELECT count(*) FROM episodes WHERE episode_id NOT IN (SELECT episode_id FROM llm_calls)"),
+            "with_policy_calls": one("SELECT count(DISTINCT episode_id) FROM policy_calls"),
+            "without_reward": one(
+                "SELECT count(DISTINCT episode_id) FROM policy_calls WHERE episode_id NOT IN (SELECT episode_id FROM rewarded_episodes)"
+            ),
+            "already_processed": previously,
+            "emitted": one("SELECT count(DISTINCT episode_id) FROM chosen"),
+        },
+        "llm_calls": {
+            "total": one("SELECT count(*) FROM llm_calls"),
+            "merged_duplicates": one("SELECT coalesce(sum(copies - 1), 0) FROM llm_calls"),
+            "policy_calls": one("SELECT count(*) FROM policy_calls"),
+            "by_agent": _grouped(
+                con, "SELECT coalesce(agent_name, '(none)'), count(*) FROM llm_calls GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20"
+            ),
+            "skipped": dict(sorted(skipped_calls.items())),
+        },
+        "rewards": {
+            "by_source": _grouped(con, "SELECT source, count(*) FROM rewards GROUP BY 1 ORDER BY 1"),
+            "by_name": _grouped(con, "SELECT name, count(*) FROM rewards GROUP BY 1 ORDER BY 1"),
+            "without_value": one("SELECT count(*) FROM rewards WHERE value IS NULL"),
+            "unmatched_episode": one("SELECT count(*) FROM rewards WHERE episode_id IS NULL"),
+            "episode_without_policy_calls": one(
+                "SELECT count(*) FROM rewards WHERE value IS NOT NULL AND episode_id IS NOT NULL "
+                "AND episode_id NOT IN (SELECT episode_id FROM policy_calls)"
+            ),
+            "ignored_by_weights": one("SELECT count(*) FROM attached_rewards WHERE weight = 0"),
+        },
+        "transitions": one("SELECT count(*) FROM chosen"),
+    }
+
+
+def warnings(inputs: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """Plain-language reasons why data did not become transitions (shown by the CLI and doctor)."""
+    notes = []
+    if not inputs["span_files"]:
+        notes.append(f"no readable span files under {inputs['spans']}")
+    for rejected in inputs["rejected_files"]:
+        notes.append(f"skipped file {rejected['file']}: {rejected['reason']}")
+    if inputs["span_files"] and not c["llm_calls"]["total"]:
+        notes.append("no LLM calls found: spans need token ids or gen_ai/OpenLLMetry/OpenInference LLM attributes")
+    labels = {
+        "no_token_ids": "LLM call(s) without prompt/completion token ids (serve with token ids returned, e.g. vLLM return_token_ids)",
+        "agent_filter": "LLM call(s) excluded by --agents",
+        "policy_version_filter": "LLM call(s) excluded by --policy-versions",
+        "split_filter": "LLM call(s) excluded by --split",
+        "episode_pending": "LLM call(s) in episodes that have not finished yet (held back until they end or time out)",
+        "episode_no_reward": "LLM call(s) in episodes with no reward (emit tracerl.reward or pass --rewards)",
+        "already_processed": "LLM call(s) in episodes an earlier incremental run already processed",
+    }
+    for reason, n in c["llm_calls"]["skipped"].items():
+        notes.append(f"{n} {labels.get(reason, reason)}")
+    r = c["rewards"]
+    if r["unmatched_episode"]:
+        notes.append(f"{r['unmatched_episode']} reward(s) name an episode, trace or response not found in the spans")
+    if r["without_value"]:
+        notes.append(f"{r['without_value']} reward(s) without a numeric tracerl.reward.value")
+    if r["ignored_by_weights"]:
+        notes.append(f"{r['ignored_by_weights']} reward(s) ignored: their name has no --reward-weight")
+    if c["episodes"]["truncated"]:
+        notes.append(f"{c['episodes']['truncated']} episode(s) never finished and were processed after the timeout (truncated)")
+    return notes
