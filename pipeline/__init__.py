@@ -1,11 +1,12 @@
 """Spans -> episodes -> training transitions (DuckDB/Polars, out of core).
 
 ``build_dataset(spans, out, **options)`` is the one entry point; see
-:class:`tracerl.pipeline.build.BuildOptions` for the options and ``pipeline doctor``
+:class:`tracerl.pipeline.options.BuildOptions` for the options and ``pipeline doctor``
 for why data did not become transitions.
 """
 
-from tracerl.pipeline.build import BuildOptions, analyze, build_dataset, dataset_table, read_manifest
+from tracerl.pipeline.build import analyze, build_dataset, dataset_table, read_manifest
+from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.source import PipelineInputError
 
 __all__ = ["BuildOptions", "PipelineInputError", "analyze", "build_dataset", "dataset_table", "read_manifest"]

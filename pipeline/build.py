@@ -15,7 +15,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import tracerl
 from tracerl.pipeline import air, credit, episodes, normalize, rewards, selection, source
 from tracerl.pipeline.counts import stage_counts, warnings
+from tracerl.pipeline.options import EXPORTS, BuildOptions
 from tracerl.pipeline.sql_text import sql_list
 from tracerl.pipeline.writer import dataset_tables, write_dataset
 from tracerl.schemas import DATASET_SCHEMA, DATASET_SCHEMA_VERSION, SPANS_SCHEMA_VERSION
@@ -36,34 +37,6 @@ from tracerl.storage import write_parquet_atomic
 _READ_ERRORS = (duckdb.Error, pa.ArrowException, OSError)
 _SQL_MISTAKES = (duckdb.BinderException, duckdb.CatalogException, duckdb.ParserException)
 STATE_DIR = "state"  # OUT/state/episodes-*.parquet: episodes already turned into transitions
-EXPORTS = ("openrlhf", "hf")
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    """Every knob of a build; the manifest records them so a dataset can be rebuilt."""
-
-    credit: str = "identical"
-    gamma: float = 1.0
-    advantage: str = "grpo"
-    agents: str | None = None
-    splits: tuple[str, ...] = ()
-    policy_versions: str | None = None
-    rewards: tuple[str, ...] = ()
-    reward_weights: dict[str, float] = field(default_factory=dict)
-    rules: str | None = None
-    default_rules: bool = True
-    episode_timeout_s: float = 3600.0
-    trajectory: bool = False
-    incremental: bool = False
-    exports: tuple[str, ...] = ()
-    threads: int | None = None
-    memory_limit: str = "3GB"
-
-    def __post_init__(self) -> None:
-        unknown = set(self.exports) - set(EXPORTS)
-        if unknown:
-            raise source.PipelineInputError(f"unknown export(s) {', '.join(sorted(unknown))}: choose from {', '.join(EXPORTS)}")
 
 
 Progress = Callable[[str, int | None], None]  # (stage description, total rows or None)

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from tracerl.pipeline.options import ADVANTAGES, CREDITS, EXPORTS, BuildOptions
 from tracerl.pipeline.source import PipelineInputError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Spans -> episodes -> training transitions.")
@@ -22,6 +23,7 @@ def _group() -> None:
 
 
 console = Console(stderr=True, soft_wrap=True)  # paths in messages stay copy-pasteable
+DEFAULTS = BuildOptions()  # every default below comes from the dataclass
 
 SpansOpt = Annotated[Path, typer.Option("--spans", help="Data dir (holding spans/) or a folder of span Parquet files.")]
 AgentsOpt = Annotated[Optional[str], typer.Option("--agents", help="Regex: only calls of matching agents are policy calls.")]
@@ -52,16 +54,18 @@ def _weights(items: list[str] | None) -> dict[str, float]:
 
 
 def _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout) -> dict:
-    return {
-        "agents": agents,
-        "splits": tuple(split or ()),
-        "policy_versions": policy_versions,
-        "rewards": tuple(str(r) for r in rewards or ()),
-        "reward_weights": _weights(reward_weight),
-        "rules": str(rules) if rules else None,
-        "default_rules": default_rules,
-        "episode_timeout_s": episode_timeout,
-    }
+    """BuildOptions fields of the selection options; a repeatable option not given is left to the dataclass."""
+    options = {"agents": agents, "policy_versions": policy_versions, "default_rules": default_rules,
+               "episode_timeout_s": episode_timeout}
+    if split:
+        options["splits"] = tuple(split)
+    if rewards:
+        options["rewards"] = tuple(str(r) for r in rewards)
+    if reward_weight:
+        options["reward_weights"] = _weights(reward_weight)
+    if rules:
+        options["rules"] = str(rules)
+    return options
 
 
 def _fail(exc: Exception) -> None:
@@ -72,28 +76,30 @@ def _fail(exc: Exception) -> None:
 @app.command("build-dataset")
 def build_dataset_cmd(
     spans: SpansOpt,
-    out: Annotated[Path, typer.Option("--out", help="Dataset folder: transitions-*.parquet + manifest.json.")],
-    credit: Annotated[str, typer.Option(help="identical (the paper) or discounted.")] = "identical",
-    gamma: Annotated[float, typer.Option(help="Discount for --credit discounted.")] = 1.0,
-    advantage: Annotated[str, typer.Option(help="grpo, rloo or none (per task group).")] = "grpo",
-    agents: AgentsOpt = None,
+    out: Annotated[Path, typer.Option("--out", help="Dataset folder: transitions-*.parquet (see pipeline/README.md).")],
+    credit: Annotated[str, typer.Option(help=f"{' or '.join(CREDITS)} (identical: the paper's).")] = DEFAULTS.credit,
+    gamma: Annotated[float, typer.Option(help="Discount for --credit discounted.")] = DEFAULTS.gamma,
+    advantage: Annotated[str, typer.Option(help=f"{', '.join(ADVANTAGES)} (per task group).")] = DEFAULTS.advantage,
+    agents: AgentsOpt = DEFAULTS.agents,
     split: SplitOpt = None,
-    policy_versions: VersionsOpt = None,
+    policy_versions: VersionsOpt = DEFAULTS.policy_versions,
     rewards: RewardsOpt = None,
     reward_weight: WeightOpt = None,
-    rules: RulesOpt = None,
-    default_rules: DefaultRulesOpt = True,
-    episode_timeout: TimeoutOpt = 3600.0,
-    trajectory: Annotated[bool, typer.Option(help="Merge calls whose prompt extends the previous prompt + response.")] = False,
-    incremental: Annotated[bool, typer.Option(help="Only episodes not yet in OUT; append new files.")] = False,
-    export: Annotated[Optional[list[str]], typer.Option(help="Also write openrlhf/ and/or hf/ (repeatable).")] = None,
-    threads: Annotated[Optional[int], typer.Option(help="DuckDB threads (default: all cores).")] = None,
-    memory_limit: Annotated[str, typer.Option(help="DuckDB memory limit; beyond it DuckDB spills to disk.")] = "3GB",
+    rules: RulesOpt = DEFAULTS.rules,
+    default_rules: DefaultRulesOpt = DEFAULTS.default_rules,
+    episode_timeout: TimeoutOpt = DEFAULTS.episode_timeout_s,
+    trajectory: Annotated[bool, typer.Option(help="Merge calls whose prompt extends the previous prompt + response.")] = DEFAULTS.trajectory,
+    incremental: Annotated[bool, typer.Option(help="Only episodes not yet in OUT; append new files.")] = DEFAULTS.incremental,
+    export: Annotated[Optional[list[str]], typer.Option(help=f"Also write {' and/or '.join(EXPORTS)} (repeatable).")] = None,
+    threads: Annotated[Optional[int], typer.Option(help="DuckDB threads (default: all cores).")] = DEFAULTS.threads,
+    memory_limit: Annotated[str, typer.Option(help="DuckDB memory limit; beyond it DuckDB spills to disk.")] = DEFAULTS.memory_limit,
 ) -> None:
     """Turn spans into training transitions (one per policy LLM call) with credit and advantages."""
     from tracerl.pipeline.build import build_dataset
 
     options = _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout)
+    if export:
+        options["exports"] = tuple(export)
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=console, transient=True,
@@ -107,7 +113,7 @@ def build_dataset_cmd(
             manifest = build_dataset(
                 spans, out, progress=progress, on_rows=lambda n: bar.advance(task, n),
                 credit=credit, gamma=gamma, advantage=advantage, trajectory=trajectory, incremental=incremental,
-                exports=tuple(export or ()), threads=threads, memory_limit=memory_limit, **options,
+                threads=threads, memory_limit=memory_limit, **options,
             )
         except (PipelineInputError, ValueError) as exc:
             _fail(exc)
@@ -126,18 +132,17 @@ def build_dataset_cmd(
 @app.command()
 def doctor(
     spans: SpansOpt,
-    agents: AgentsOpt = None,
+    agents: AgentsOpt = DEFAULTS.agents,
     split: SplitOpt = None,
-    policy_versions: VersionsOpt = None,
+    policy_versions: VersionsOpt = DEFAULTS.policy_versions,
     rewards: RewardsOpt = None,
     reward_weight: WeightOpt = None,
-    rules: RulesOpt = None,
-    default_rules: DefaultRulesOpt = True,
-    episode_timeout: TimeoutOpt = 3600.0,
+    rules: RulesOpt = DEFAULTS.rules,
+    default_rules: DefaultRulesOpt = DEFAULTS.default_rules,
+    episode_timeout: TimeoutOpt = DEFAULTS.episode_timeout_s,
     as_json: Annotated[bool, typer.Option("--json", help="Print the funnel and notes as JSON.")] = False,
 ) -> None:
     """Explain, with counts, why spans did (not) become transitions; takes build-dataset's selection options."""
-    from tracerl.pipeline.build import BuildOptions
     from tracerl.pipeline.doctor import diagnose
 
     options = _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout)

@@ -28,11 +28,10 @@ import duckdb
 import numpy as np
 import polars as pl
 
+from tracerl.pipeline.options import check_credit
 from tracerl.pipeline.rewards import OUTCOME_SOURCES
 from tracerl.pipeline.sql_text import sql_str
 
-CREDITS = ("identical", "discounted")
-ADVANTAGES = ("grpo", "rloo", "none")
 _STD_FLOOR = 1e-8
 
 
@@ -50,12 +49,7 @@ def discounted_returns(episode_codes: np.ndarray, rewards: np.ndarray, gamma: fl
 
 def assign_credit(calls: pl.DataFrame, *, credit: str, gamma: float, advantage: str) -> pl.DataFrame:
     """``calls`` with ``return`` and ``advantage`` columns added, sorted by episode and step."""
-    if credit not in CREDITS:
-        raise ValueError(f"credit must be one of {', '.join(CREDITS)}, got {credit!r}")
-    if advantage not in ADVANTAGES:
-        raise ValueError(f"advantage must be one of {', '.join(ADVANTAGES)}, got {advantage!r}")
-    if not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+    check_credit(credit, gamma, advantage)
     df = calls.sort("episode_id", "step")
     if credit == "identical":
         df = df.with_columns(pl.col("reward").sum().over("episode_id").alias("return"))

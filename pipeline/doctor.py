@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tracerl.pipeline.build import Analysis, BuildOptions, analyze
+from tracerl.pipeline.build import Analysis, analyze
 from tracerl.pipeline.counts import warnings
+from tracerl.pipeline.options import BuildOptions
 
 
 def _calls_without_prompt_ids(analysis: Analysis) -> int:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import duckdb
 
-from tracerl.pipeline.build import BuildOptions, analyze
+from tracerl.pipeline.build import analyze
+from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.pipeline.sql_text import empty_select, sql_list
 from tracerl.schemas import DATASET_SCHEMA

@@ -6,11 +6,13 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from tracerl.cli import app
+from tracerl.pipeline import BuildOptions, read_manifest
 from tracerl_testing.span_builders import episode_span, llm_call, reward_span, write_spans
 
 
@@ -28,6 +30,20 @@ def test_build_dataset_command_writes_transitions_and_manifest(data_dir, tmp_pat
     assert result.exit_code == 0, result.output
     assert "2 transition(s) from 2 episode(s)" in result.output
     assert json.loads((out / "manifest.json").read_text())["counts"]["rows_written"] == 2
+
+
+def test_the_command_line_defaults_are_build_options_defaults(data_dir, tmp_path):
+    _spans(data_dir)
+    result = CliRunner().invoke(app, ["pipeline", "build-dataset", "--spans", str(data_dir), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    recorded = read_manifest(tmp_path / "o")["parameters"]
+    assert {k: v for k, v in recorded.items() if k != "air_rules"} == json.loads(json.dumps(asdict(BuildOptions())))
+
+
+def test_a_credit_that_does_not_exist_is_refused_before_reading_data(data_dir, tmp_path):
+    result = CliRunner().invoke(app, ["pipeline", "build-dataset", "--spans", str(data_dir), "--out", str(tmp_path / "o"),
+                                      "--credit", "magic"])
+    assert result.exit_code == 2 and "credit must be one of identical, discounted, got 'magic'" in result.output
 
 
 def test_missing_folder_exits_2_with_a_message(tmp_path):
