@@ -12,7 +12,8 @@ and calls the processors' ``on_end``: the same span reaches the same exporters f
 third of the span-finisher's CPU per call (``benchmarks/capture_overhead.py``).
 
 Whenever that is not known to be equivalent (another processor, span limits that could cut
-or drop an attribute, a disabled tracer, tracer metrics, an SDK whose internals differ),
+or drop an attribute, a disabled tracer, tracer metrics, an SDK whose internals differ:
+what is read of the tracer comes from :func:`~tracerl.instrumentation.sdk_internals.tracer_parts`),
 :func:`emit` returns False and the caller goes through the SDK.
 """
 
@@ -22,36 +23,34 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, SynchronousMultiSpanProcessor, Tracer
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from tracerl.instrumentation.parquet_exporter import CommitOnFlush
 from tracerl.instrumentation.processor import TracerlSpanProcessor
+from tracerl.instrumentation.sdk_internals import PASSIVE_SDK_PROCESSORS, TracerParts, tracer_parts
 
 # Processors whose on_start and _on_ending do nothing (tracerl's does its work in emit); exact
 # types, since a subclass may add an on_start.
-_PASSIVE_AT_START = frozenset({BatchSpanProcessor, SimpleSpanProcessor, CommitOnFlush, TracerlSpanProcessor})
+_PASSIVE_AT_START = PASSIVE_SDK_PROCESSORS | {CommitOnFlush, TracerlSpanProcessor}
 _RANDOM_TRACE_ID = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)  # W3C trace context level 2 (newer SDKs)
 
 
-def _route(tracer: Any) -> tuple[SynchronousMultiSpanProcessor, TracerlSpanProcessor | None] | None:
-    """The processors to hand a finished span to, or None when only the SDK path is exact."""
-    if type(tracer) is not Tracer or not getattr(tracer, "_is_enabled", lambda: True)():
-        return None  # (SDKs before tracer configurators disable by handing out no-op tracers)
-    if type(getattr(tracer, "_tracer_metrics", None)).__name__ not in ("NoneType", "NoOpTracerMetrics"):
+def _route(tracer: Any) -> tuple[TracerParts, TracerlSpanProcessor | None] | None:
+    """The tracer's parts and tracerl's processor among them, or None when only the SDK
+    path is exact."""
+    parts = tracer_parts(tracer)
+    if parts is None or not parts.enabled:
+        return None
+    if parts.counts_spans:
         return None  # the SDK counts started and ended spans in a meter: let it
-    limits = tracer._span_limits
+    limits = parts.span_limits
     if limits.max_attribute_length is not None or limits.max_span_attribute_length is not None:
         return None  # values would be cut (a packed token array made corrupt, even)
-    multi = tracer.span_processor
-    processors = getattr(multi, "_span_processors", None)
-    if type(multi) is not SynchronousMultiSpanProcessor or not isinstance(processors, tuple):
+    if not all(type(p) in _PASSIVE_AT_START for p in parts.processors):
         return None
-    if not all(type(p) in _PASSIVE_AT_START for p in processors):
-        return None
-    ours = next((p for p in processors if type(p) is TracerlSpanProcessor), None)
-    return multi, ours
+    ours = next((p for p in parts.processors if type(p) is TracerlSpanProcessor), None)
+    return parts, ours
 
 
 def emit(
@@ -68,16 +67,16 @@ def emit(
     route = _route(tracer)
     if route is None:
         return False
-    multi, ours = route
+    parts, ours = route
     parent_span = trace.get_current_span(parent).get_span_context()
     if parent_span is None or not parent_span.is_valid:
         parent_span = None
-        trace_id = tracer.id_generator.generate_trace_id()
-        random_trace_id = getattr(tracer.id_generator, "is_trace_id_random", lambda: False)()
+        trace_id = parts.id_generator.generate_trace_id()
+        random_trace_id = getattr(parts.id_generator, "is_trace_id_random", lambda: False)()
     else:
         trace_id = parent_span.trace_id
         random_trace_id = bool(parent_span.trace_flags & _RANDOM_TRACE_ID)
-    sampled = tracer.sampler.should_sample(parent, trace_id, name, kind, attributes, ())
+    sampled = parts.sampler.should_sample(parent, trace_id, name, kind, attributes, ())
     if not sampled.decision.is_recording():
         return True  # the SDK would have made a non-recording span: nothing to export
     flags = TraceFlags.SAMPLED if sampled.decision.is_sampled() else TraceFlags.DEFAULT
@@ -85,7 +84,7 @@ def emit(
         flags |= _RANDOM_TRACE_ID
     context = SpanContext(
         trace_id,
-        tracer.id_generator.generate_span_id(),
+        parts.id_generator.generate_span_id(),
         is_remote=False,
         trace_flags=TraceFlags(flags),
         trace_state=sampled.trace_state,
@@ -93,21 +92,21 @@ def emit(
     recorded = dict(sampled.attributes)
     if ours is not None:
         recorded = ours.finished_attributes(recorded, parent)
-    if len(recorded) > tracer._span_limits.max_span_attributes:
+    if len(recorded) > parts.span_limits.max_span_attributes:
         return False  # the SDK would drop some: let it decide which
-    multi.on_end(
+    parts.multi.on_end(
         ReadableSpan(
             name=name,
             context=context,
             parent=parent_span,
-            resource=tracer.resource,
+            resource=parts.resource,
             attributes=recorded,
             kind=kind,
             status=Status(StatusCode.ERROR) if error else Status(StatusCode.UNSET),
             start_time=start_ns,
             end_time=end_ns,
-            instrumentation_info=tracer.instrumentation_info,
-            instrumentation_scope=tracer._instrumentation_scope,
+            instrumentation_info=parts.instrumentation_info,
+            instrumentation_scope=parts.instrumentation_scope,
         )
     )
     return True

@@ -1,9 +1,10 @@
 """What may be recorded: the content switch, the redaction hook, the size limit, secrets.
 
-The rules are applied where attributes are *set* (an attribute map installed on every
-span by :class:`tracerl.instrumentation.processor.TracerlSpanProcessor`), so they hold
-for every exporter, not only tracerl's: a secret that never enters a span cannot leak
-through the console exporter or an OTLP collector either.
+The rules are applied where attributes are *set* (every write to a span's attributes
+passes through :meth:`ContentPolicy.clean`: the tracerl span processor installs it on each
+span as it starts, see :func:`tracerl.instrumentation.sdk_internals.filter_attribute_writes`),
+so they hold for every exporter, not only tracerl's: a secret that never enters a span
+cannot leak through the console exporter or an OTLP collector either.
 """
 
 from __future__ import annotations
@@ -11,9 +12,7 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-from collections.abc import Callable, Mapping
-
-from opentelemetry.attributes import BoundedAttributes
+from collections.abc import Callable
 
 from tracerl.instrumentation.settings import Settings, SettingsError
 
@@ -110,40 +109,3 @@ class ContentPolicy:
         if len(text) > self.max_chars:
             text = text[: self.max_chars] + TRUNCATED_MARK
         return text
-
-
-class PolicedAttributes(BoundedAttributes):
-    """A span's attribute map that applies a :class:`ContentPolicy` to every write.
-
-    :func:`police` turns a span's existing map into one in place (a class swap, no
-    copy: this runs for every span).
-    """
-
-    _policy: ContentPolicy
-
-    def __setitem__(self, key: str, value: object) -> None:
-        cleaned = self._policy.clean(key, value)
-        if cleaned is not None:
-            super().__setitem__(key, cleaned)
-
-    def _set_items(self, attributes: Mapping[str, object]) -> None:
-        # ``Span.set_attributes`` writes through here, not through ``__setitem__``.
-        clean = self._policy.clean
-        cleaned = {key: kept for key, value in attributes.items() if (kept := clean(key, value)) is not None}
-        super()._set_items(cleaned)
-
-
-@functools.lru_cache(maxsize=8)
-def _policed_class(policy: ContentPolicy) -> type[PolicedAttributes]:
-    return type("PolicedAttributes", (PolicedAttributes,), {"_policy": policy})
-
-
-def police(attributes: BoundedAttributes, policy: ContentPolicy) -> None:
-    """Apply ``policy`` to what ``attributes`` holds and to every later write."""
-    for key, value in list(attributes.items()):
-        cleaned = policy.clean(key, value)
-        if cleaned is None:
-            del attributes[key]
-        elif cleaned is not value:
-            attributes[key] = cleaned
-    attributes.__class__ = _policed_class(policy)

@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from opentelemetry import baggage, trace
-from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from tracerl.instrumentation import span_finisher
-from tracerl.instrumentation.privacy import ContentPolicy, PolicedAttributes, police
+from tracerl.instrumentation.privacy import ContentPolicy
+from tracerl.instrumentation.sdk_internals import filter_attribute_writes
 from tracerl.instrumentation.settings import Settings
 from tracerl.schemas import attributes as A
 
@@ -91,9 +91,7 @@ class TracerlSpanProcessor(SpanProcessor):
         }
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        attributes = getattr(span, "_attributes", None)
-        if isinstance(attributes, BoundedAttributes) and not isinstance(attributes, PolicedAttributes):
-            police(attributes, self._policy)
+        filter_attribute_writes(span, self._policy)
         for key, value in self._stamps(span.attributes or {}, parent_context).items():
             span.set_attribute(key, value)
         if is_llm_span(span):

@@ -21,7 +21,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from tracerl.instrumentation import frameworks, openai_hook, span_finisher
+from tracerl.instrumentation import frameworks, openai_hook, sdk_internals, span_finisher
 from tracerl.instrumentation.parquet_exporter import CommitOnFlush, ParquetSpanExporter
 from tracerl.instrumentation.processor import TracerlSpanProcessor
 from tracerl.instrumentation.settings import CAPTURE_CONTENT_ENV, PARQUET_HANDOVER_MS, Settings, settings
@@ -68,19 +68,19 @@ def _add_first(provider: TracerProvider, processor: TracerlSpanProcessor) -> Non
     """Register ``processor`` ahead of the provider's other processors.
 
     Its ``force_flush``/``shutdown`` finish the LLM-call spans deferred off the calling
-    thread, which must happen before the exporting processors flush. The SDK only appends
-    processors, so the order is set on its multi-processor's tuple; should that internal
-    ever change, deferral is switched off rather than risking spans ended after a flush.
+    thread, which must happen before the exporting processors flush. Should the SDK's
+    internals for that order change (:func:`sdk_internals.put_first`), the span finisher
+    runs each job on the calling thread rather than risking spans ended after a flush.
     """
-    multi = getattr(provider, "_active_span_processor", None)
-    processors = getattr(multi, "_span_processors", None)
-    lock = getattr(multi, "_lock", None)
-    if not isinstance(processors, tuple) or lock is None:
-        provider.add_span_processor(processor)
-        span_finisher.FINISHER.synchronous = True
+    if sdk_internals.put_first(provider, processor):
         return
-    with lock:
-        multi._span_processors = (processor, *multi._span_processors)
+    provider.add_span_processor(processor)
+    span_finisher.FINISHER.synchronous = True
+    logger.warning(
+        "tracerl: opentelemetry-sdk %s does not let tracerl's span processor go first; LLM-call spans "
+        "are made on the agent's thread (slower, nothing lost)",
+        sdk_internals.sdk_version(),
+    )
 
 
 def _propagate_process_episode(current: Settings) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from opentelemetry import baggage, context, trace
-from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ConcurrentMultiSpanProcessor, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
@@ -108,8 +108,9 @@ class AddsAtStart(SpanProcessor):
         {"processors": (AddsAtStart(),)},
         {"span_limits": SpanLimits(max_attribute_length=16)},  # would cut a packed token array
         {"span_limits": SpanLimits(max_span_attributes=3)},  # would drop attributes
+        {"active_span_processor": ConcurrentMultiSpanProcessor(1), "shutdown_on_exit": False},  # another multi-processor
     ],
-    ids=["processor with on_start", "value length limit", "attribute count limit"],
+    ids=["processor with on_start", "value length limit", "attribute count limit", "concurrent processors"],
 )
 def test_what_the_shortcut_cannot_reproduce_goes_through_the_sdk(setup):
     provider, out = provider_with(*setup.pop("processors", ()), **setup)
