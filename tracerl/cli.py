@@ -9,7 +9,9 @@ from tracerl.collector.cli import app as collector_app
 from tracerl.instrumentation.cli import register as register_instrumentation
 from tracerl.pipeline.cli import app as pipeline_app
 from tracerl.pipeline.cli import register_sql
-from tracerl.trainer.cli import register as register_trainer
+from tracerl.trainer.demo.cli import register as register_demo
+from tracerl.trainer.serving.cli import register as register_serve
+from tracerl.trainer.training.cli import register as register_train
 
 app = typer.Typer(
     name="tracerl",
@@ -20,7 +22,9 @@ app = typer.Typer(
 app.add_typer(pipeline_app, name="pipeline", help="Spans -> episodes -> training transitions.")
 app.add_typer(collector_app, name="collector", help="OTLP receiver writing durable Parquet.")
 register_instrumentation(app)  # run, gateway
-register_trainer(app)  # serve, train, demo
+register_serve(app)  # serve
+register_train(app)  # train
+register_demo(app)  # demo
 register_sql(app)  # sql
 
 

@@ -19,65 +19,26 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import duckdb
-import httpx
 
+from tracerl.schemas import attributes as A
 from tracerl.trainer.demo import task as demo_task
-from tracerl.trainer.tiny_model import build_tiny_model, default_cache_dir
-from tracerl.trainer.training.torch_backend import PolicyTrainer, TrainConfig, read_dataset, supervised_samples
-
-DEMO_POLICY_VERSION = 4  # bump when the warm-start recipe changes
-
-
-@dataclass
-class DemoConfig:
-    out: Path
-    rounds: int = 8
-    tasks_per_round: int = 32
-    group_size: int = 4
-    eval_tasks: int = 100
-    seed: int = 0
-    model: str | None = None  # starting policy; default: the warm-started tiny model
-    train: TrainConfig = field(default_factory=TrainConfig)
+from tracerl.trainer.demo.config import DemoConfig
+from tracerl.trainer.demo.warm_start import ensure_demo_policy
+from tracerl.trainer.publish import BuiltinServer, publish
+from tracerl.trainer.training.dataset import read_dataset
+from tracerl.trainer.training.torch_backend import PolicyTrainer
 
 
 class AgentRunError(RuntimeError):
     """The agent process failed; its output says why."""
-
-
-def ensure_demo_policy(seed: int = 0) -> Path:
-    """The tiny model, warm-started on the task's *format* only (cached after first use).
-
-    A randomly initialised model never emits a tool name, so reinforcement learning
-    would see no reward at all; like the paper's instruct model, the starting policy
-    knows the format and is poor at the task (it names the right tool one time in three).
-    """
-    path = default_cache_dir() / f"demo-policy-v{DEMO_POLICY_VERSION}-seed{seed}"
-    if (path / "config.json").exists():
-        return path
-    base = build_tiny_model(path.with_name(path.name + f".base-{os.getpid()}"), seed=seed)
-    trainer = PolicyTrainer(base, TrainConfig(learning_rate=3e-3, minibatch_size=64, seed=seed))
-    train_tasks, _ = demo_task.all_tasks(seed)
-    tool_turns, answer_turns = demo_task.format_examples(train_tasks, 1500, seed=seed)
-    copies = supervised_samples(trainer.tokenizer, [t for t in answer_turns if not t[0][-1]["content"].startswith("error")])
-    # Copying first, until it is learned: mixed with the deliberately random turns from
-    # the start, the tiny model does not find the copy mechanism within this budget.
-    for _ in range(12):
-        if trainer.train(copies, epochs=1).loss < 0.05:
-            break
-    trainer.train(supervised_samples(trainer.tokenizer, tool_turns + answer_turns), epochs=1)
-    trainer.save(path)
-    (path / "trainer_state.pt").unlink()  # RL starts with a fresh optimizer
-    shutil.rmtree(base, ignore_errors=True)
-    return path
 
 
 def write_round_tasks(path: Path, train: list[demo_task.Task], held_out: list[demo_task.Task], cfg: DemoConfig, rnd: int) -> None:
@@ -109,15 +70,9 @@ def mean_rewards_by_split(data_dir: Path) -> dict[str, float]:
     query = f"""
         SELECT split, avg(reward_value) AS mean_reward
         FROM read_parquet('{data_dir}/spans/**/*.parquet', union_by_name = true)
-        WHERE name = 'tracerl.reward' GROUP BY split
+        WHERE name = '{A.REWARD_SPAN_NAME}' GROUP BY split
     """
     return {split: float(value) for split, value in duckdb.sql(query).fetchall()}
-
-
-def load_weights(base_url: str, checkpoint: Path, version: int) -> int:
-    response = httpx.post(f"{base_url}/load_weights", json={"path": str(checkpoint), "version": version}, timeout=120)
-    response.raise_for_status()
-    return int(response.json()["policy_version"])
 
 
 def plot_reward_curve(rows: list[dict], path: Path) -> None:
@@ -183,7 +138,7 @@ def run_demo(cfg: DemoConfig, on_phase: Callable[[int, str], None] | None = None
                 samples, skipped = read_dataset(round_dir / "dataset")
                 stats = trainer.train(samples)
                 checkpoint = trainer.save(out / "policy" / f"v{rnd + 1}")
-                load_weights(server.base_url, checkpoint, rnd + 1)
+                publish(checkpoint, BuiltinServer(server.base_url), version=rnd + 1)
                 row.update(train_loss=stats.loss, clip_fraction=stats.clip_fraction, approx_kl=stats.approx_kl, skipped=skipped)
             row["seconds"] = round(time.time() - t0, 2)
             rows.append(row)

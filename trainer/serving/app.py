@@ -1,28 +1,27 @@
-"""tracerl's built-in OpenAI-compatible policy server (CPU, transformers).
+"""tracerl's built-in OpenAI-compatible policy server (CPU, transformers): the HTTP layer.
 
 It answers like vLLM does for RL: with ``return_token_ids`` a response carries the
 prompt's token ids and each choice's sampled ids, log-probs are of the raw model
-distribution, and every response names the policy version that produced it
-(``policy_version`` in the body, ``x-tracerl-policy-version`` header).
-``POST /v1/load_weights`` swaps in a new checkpoint between decode steps.
+distribution, and every response names the policy version that produced it (the
+``policy_version`` field and header of ``schemas.attributes``). ``POST /v1/load_weights``
+swaps in a new checkpoint between decode steps (``tracerl.trainer.publish`` calls it).
 
-``running_server()`` starts it on loopback in a background thread (tests, the demo);
-``tracerl serve`` runs it in the foreground.
+Here are the routes, request parsing and errors; the bodies are built in
+:mod:`~tracerl.trainer.serving.responses` and the tokens sampled by
+:mod:`~tracerl.trainer.serving.engine`. ``running_server()`` starts it on loopback in a
+background thread (tests, the demo); ``tracerl serve`` runs it in the foreground.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
-import uuid
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator, Iterator
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -30,16 +29,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tracerl.trainer.serving import tool_parser
+from tracerl.schemas import attributes as A
+from tracerl.trainer.serving.config import EngineConfig
 from tracerl.trainer.serving.engine import (
     ChoiceResult,
     GenerationEngine,
     GenerationError,
     GenerationHandle,
     SamplingParams,
-    TokenStep,
     WeightLoadError,
 )
+from tracerl.trainer.serving.prompts import chat_prompt_ids, completion_prompt_ids
 from tracerl.trainer.serving.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -47,19 +47,12 @@ from tracerl.trainer.serving.protocol import (
     RequestError,
     parse_request,
 )
-from tracerl.trainer.serving.prompts import chat_prompt_ids, completion_prompt_ids
-
-VERSION_HEADER = "x-tracerl-policy-version"
-_MIN_LOGPROB = -9999.0  # JSON has no -inf; vLLM clamps the same way
+from tracerl.trainer.serving.responses import ChatReply, CompletionReply
+from tracerl.uvicorn_thread import serve_in_thread
 
 
 def create_app(
-    model_path: str | Path | None = None,
-    *,
-    served_model_name: str | None = None,
-    max_batch_size: int = 64,
-    policy_version: int = 0,
-    num_threads: int | None = 1,
+    model_path: str | Path | None = None, *, served_model_name: str | None = None, engine: EngineConfig | None = None
 ) -> Starlette:
     """The ASGI app serving ``model_path`` (default: the tiny local model).
 
@@ -69,18 +62,16 @@ def create_app(
         from tracerl.trainer.tiny_model import ensure_tiny_model
 
         model_path = ensure_tiny_model()
-    engine = GenerationEngine(
-        model_path, max_batch_size=max_batch_size, policy_version=policy_version, num_threads=num_threads
-    )
-    api = _Api(engine, served_model_name or Path(model_path).name)
+    generation = GenerationEngine(model_path, engine)
+    api = _Api(generation, served_model_name or Path(model_path).name)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        engine.start()
+        generation.start()
         try:
             yield
         finally:
-            await run_in_threadpool(engine.stop)
+            await run_in_threadpool(generation.stop)
 
     app = Starlette(
         routes=[
@@ -93,7 +84,7 @@ def create_app(
         exception_handlers={RequestError: _request_error, HTTPException: _http_error},
         lifespan=lifespan,
     )
-    app.state.engine = engine
+    app.state.engine = generation
     return app
 
 
@@ -108,7 +99,7 @@ class _Api:
     # ---- plain endpoints -------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
         engine = self.engine
-        body = {"status": "ok", "policy_version": engine.policy_version, "running": engine.running, "waiting": engine.waiting}
+        body = {"status": "ok", A.POLICY_VERSION_FIELD: engine.policy_version, "running": engine.running, "waiting": engine.waiting}
         return _json(body, engine.policy_version)
 
     async def models(self, request: Request) -> Response:
@@ -130,7 +121,7 @@ class _Api:
             raise RequestError(str(exc), param="path") from None
         except GenerationError as exc:
             raise RequestError(str(exc), status=503, type="server_error") from None
-        return _json({"policy_version": version}, version)
+        return _json({A.POLICY_VERSION_FIELD: version}, version)
 
     # ---- generation ----------------------------------------------------------------------
     async def chat_completions(self, request: Request) -> Response:
@@ -139,7 +130,8 @@ class _Api:
             raise RequestError("top_logprobs needs logprobs: true", param="top_logprobs")
         prompt = chat_prompt_ids(self.engine.tokenizer, req)
         params = self._sampling_params(req, [prompt], req.top_logprobs or 0, prompt_param="messages")
-        return await self._generate(request, _ChatReply(self, req, prompt), [prompt], params)
+        reply = ChatReply(req, prompt, self.engine.tokenizer, self.model_name)
+        return await self._generate(request, reply, [prompt], params)
 
     async def completions(self, request: Request) -> Response:
         req = parse_request(CompletionRequest, await _body(request))
@@ -147,10 +139,11 @@ class _Api:
             raise RequestError("echo is not supported by the built-in server", param="echo")
         prompts = completion_prompt_ids(self.engine.tokenizer, req, self.engine.vocab_size)
         params = self._sampling_params(req, prompts, req.logprobs or 0, prompt_param="prompt")
-        return await self._generate(request, _CompletionReply(self, req, prompts), prompts, params)
+        reply = CompletionReply(req, prompts, self.engine.tokenizer, self.model_name)
+        return await self._generate(request, reply, prompts, params)
 
     async def _generate(
-        self, request: Request, reply: _ChatReply | _CompletionReply, prompts: list[list[int]], params: SamplingParams
+        self, request: Request, reply: ChatReply | CompletionReply, prompts: list[list[int]], params: SamplingParams
     ) -> Response:
         """Run the request; answer once it is admitted, when its policy version is known."""
         handle = self.engine.submit(prompts, params, n=reply.req.n)
@@ -184,180 +177,6 @@ class _Api:
             seed=req.seed,
             ignore_eos=req.ignore_eos,
         )
-
-    def token_text(self, req, token_id: int) -> str:
-        """How logprobs name a token: its text, or "token_id:N" (vLLM) since texts can collide."""
-        return f"token_id:{token_id}" if req.return_tokens_as_token_ids else self.engine.tokenizer.decode([token_id])
-
-    def reported_model(self, req) -> str:
-        """Single-model server: any name is served, and echoed back as asked."""
-        return req.model or self.model_name
-
-
-class _ChatReply:
-    """Builds chat.completion bodies and chat.completion.chunk streams."""
-
-    def __init__(self, api: _Api, req: ChatCompletionRequest, prompt: list[int]) -> None:
-        self.api, self.req, self.prompt = api, req, prompt
-        self.version = -1  # set on admission
-        self.id = f"chatcmpl-{uuid.uuid4().hex}"
-        self.created = int(time.time())
-        self.parse_tools = bool(req.tools) and req.tool_choice != "none"
-
-    def _envelope(self, obj: str) -> dict:
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.api.reported_model(self.req)}
-
-    def body(self, results: list[ChoiceResult]) -> dict:
-        choices = []
-        for r in results:
-            message: dict = {"role": "assistant", "content": r.text}
-            finish = r.finish_reason
-            parsed = tool_parser.parse(r.text) if self.parse_tools else None
-            if parsed is not None:
-                message = {"role": "assistant", "content": parsed.content, "tool_calls": parsed.tool_calls}
-                finish = "tool_calls"
-            choice = {"index": r.choice, "message": message, "logprobs": None, "finish_reason": finish}
-            if self.req.logprobs:
-                choice["logprobs"] = {"content": [self._logprob(t, lp, tops) for t, lp, tops in zip(r.token_ids, r.logprobs, r.top_logprobs)]}
-            if self.req.return_token_ids:
-                choice["token_ids"] = r.token_ids
-            choices.append(choice)
-        body = {**self._envelope("chat.completion"), "choices": choices, "usage": _usage([self.prompt], results)}
-        if self.req.return_token_ids:
-            body["prompt_token_ids"] = self.prompt
-        body["policy_version"] = self.version
-        return body
-
-    async def stream(self, handle: GenerationHandle) -> AsyncIterator[dict]:
-        head = self._chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None} for i in range(self.req.n)])
-        if self.req.return_token_ids:
-            head["prompt_token_ids"] = self.prompt
-        yield head
-        shown = [""] * self.req.n  # text so far per choice; `sent` is what the client has
-        sent = [""] * self.req.n
-        results: list[ChoiceResult] = []
-        async for event in handle.events():
-            if isinstance(event, TokenStep):
-                i = event.choice
-                shown[i] += event.text
-                visible = shown[i][: len(shown[i]) - tool_parser.held_back(shown[i])] if self.parse_tools else shown[i]
-                choice = {"index": i, "delta": {"content": visible[len(sent[i]) :]}, "logprobs": None, "finish_reason": None}
-                sent[i] = visible
-                if self.req.logprobs:
-                    choice["logprobs"] = {"content": [self._logprob(event.token_id, event.logprob, event.top_logprobs)]}
-                if self.req.return_token_ids:
-                    choice["token_ids"] = [event.token_id]
-                yield self._chunk([choice])
-            else:
-                results.append(event)
-                yield self._chunk([self._final_delta(event, sent[event.choice])])
-        if self.req.stream_options and self.req.stream_options.include_usage:
-            yield {**self._chunk([]), "usage": _usage([self.prompt], results)}
-
-    def _final_delta(self, result: ChoiceResult, sent: str) -> dict:
-        parsed = tool_parser.parse(result.text) if self.parse_tools else None
-        if parsed is not None:
-            calls = [{"index": k, **call} for k, call in enumerate(parsed.tool_calls)]
-            delta: dict = {"tool_calls": calls}
-            finish = "tool_calls"
-        else:
-            rest = result.text[len(sent) :]
-            delta, finish = ({"content": rest} if rest else {}), result.finish_reason
-        choice = {"index": result.choice, "delta": delta, "logprobs": None, "finish_reason": finish}
-        if self.req.return_token_ids:
-            choice["token_ids"] = []
-        return choice
-
-    def _chunk(self, choices: list[dict]) -> dict:
-        return {**self._envelope("chat.completion.chunk"), "choices": choices, "policy_version": self.version}
-
-    def _logprob(self, token_id: int, logprob: float, tops: list[tuple[int, float]]) -> dict:
-        entry = self._token_logprob(token_id, logprob)
-        entry["top_logprobs"] = [self._token_logprob(t, lp) for t, lp in tops]
-        return entry
-
-    def _token_logprob(self, token_id: int, logprob: float) -> dict:
-        text = self.api.token_text(self.req, token_id)
-        return {"token": text, "logprob": max(logprob, _MIN_LOGPROB), "bytes": list(text.encode("utf-8"))}
-
-
-class _CompletionReply:
-    """Builds text_completion bodies and streams."""
-
-    def __init__(self, api: _Api, req: CompletionRequest, prompts: list[list[int]]) -> None:
-        self.api, self.req, self.prompts = api, req, prompts
-        self.version = -1  # set on admission
-        self.id = f"cmpl-{uuid.uuid4().hex}"
-        self.created = int(time.time())
-
-    def _prompt_of(self, choice: int) -> list[int]:
-        return self.prompts[choice // self.req.n]
-
-    def _envelope(self) -> dict:
-        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.api.reported_model(self.req)}
-
-    def body(self, results: list[ChoiceResult]) -> dict:
-        choices = []
-        for r in results:
-            choice = {"index": r.choice, "text": r.text, "logprobs": None, "finish_reason": r.finish_reason}
-            if self.req.logprobs is not None:
-                choice["logprobs"] = self._logprobs(r.token_ids, r.logprobs, r.top_logprobs, 0)
-            if self.req.return_token_ids:
-                choice["prompt_token_ids"] = self._prompt_of(r.choice)
-                choice["token_ids"] = r.token_ids
-            choices.append(choice)
-        body = {**self._envelope(), "choices": choices, "usage": _usage(self.prompts, results)}
-        if self.req.return_token_ids and len(self.prompts) == 1:
-            body["prompt_token_ids"] = self.prompts[0]
-        body["policy_version"] = self.version
-        return body
-
-    async def stream(self, handle: GenerationHandle) -> AsyncIterator[dict]:
-        offsets = [0] * (len(self.prompts) * self.req.n)
-        started: set[int] = set()
-        results: list[ChoiceResult] = []
-        async for event in handle.events():
-            if isinstance(event, TokenStep):
-                i = event.choice
-                choice = {"index": i, "text": event.text, "logprobs": None, "finish_reason": None}
-                if self.req.logprobs is not None:
-                    choice["logprobs"] = self._logprobs([event.token_id], [event.logprob], [event.top_logprobs], offsets[i])
-                offsets[i] += len(event.text)
-                chunk = self._chunk([choice])
-                if self.req.return_token_ids:
-                    if i not in started:
-                        choice["prompt_token_ids"] = self._prompt_of(i)
-                        if not started and len(self.prompts) == 1:  # like the non-streamed body
-                            chunk["prompt_token_ids"] = self.prompts[0]
-                    choice["token_ids"] = [event.token_id]
-                started.add(i)
-                yield chunk
-            else:
-                results.append(event)
-                choice = {"index": event.choice, "text": "", "logprobs": None, "finish_reason": event.finish_reason}
-                if self.req.return_token_ids:
-                    choice["token_ids"] = []
-                yield self._chunk([choice])
-        if self.req.stream_options and self.req.stream_options.include_usage:
-            yield {**self._chunk([]), "usage": _usage(self.prompts, results)}
-
-    def _chunk(self, choices: list[dict]) -> dict:
-        return {**self._envelope(), "choices": choices, "policy_version": self.version}
-
-    def _logprobs(self, ids: list[int], logprobs: list[float], tops: list[list[tuple[int, float]]], offset: int) -> dict:
-        tokens = [self.api.token_text(self.req, t) for t in ids]
-        text_offset = []
-        for token in tokens:
-            text_offset.append(offset)
-            offset += len(token)
-        return {
-            "tokens": tokens,
-            "token_logprobs": [max(lp, _MIN_LOGPROB) for lp in logprobs],
-            "top_logprobs": [{self.api.token_text(self.req, t): max(lp, _MIN_LOGPROB) for t, lp in step} for step in tops]
-            if self.req.logprobs
-            else None,
-            "text_offset": text_offset,
-        }
 
 
 # ---- helpers -------------------------------------------------------------------------------
@@ -403,14 +222,8 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-def _usage(prompts: list[list[int]], results: list[ChoiceResult]) -> dict:
-    prompt_tokens = sum(len(p) for p in prompts)
-    completion_tokens = sum(len(r.token_ids) for r in results)
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
-
-
 def _json(body: dict, version: int, status: int = 200) -> JSONResponse:
-    return JSONResponse(body, status_code=status, headers={VERSION_HEADER: str(version)})
+    return JSONResponse(body, status_code=status, headers={A.POLICY_VERSION_HEADER: str(version)})
 
 
 def _sse(chunks: AsyncIterator[dict], handle: GenerationHandle, version: int) -> StreamingResponse:
@@ -424,7 +237,7 @@ def _sse(chunks: AsyncIterator[dict], handle: GenerationHandle, version: int) ->
         finally:
             handle.cancel()
 
-    return StreamingResponse(lines(), media_type="text/event-stream", headers={VERSION_HEADER: str(version)})
+    return StreamingResponse(lines(), media_type="text/event-stream", headers={A.POLICY_VERSION_HEADER: str(version)})
 
 
 async def _request_error(request: Request, exc: Exception) -> Response:
@@ -459,20 +272,5 @@ def running_server(
 ) -> Iterator[RunningServer]:
     """Serve on ``host:port`` (0 = a free port) in a background thread until the block exits."""
     app = create_app(model_path, **app_options)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, name="tracerl-serve", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            thread.join(timeout=10)
-            raise RuntimeError(f"the policy server did not start on {host}:{port} (see the log above)")
-        time.sleep(0.01)
-    bound = server.servers[0].sockets[0].getsockname()[1]
-    url = f"http://{host}:{bound}"
-    try:
+    with serve_in_thread(app, host, port, name="tracerl-serve", lifespan="on") as url:
         yield RunningServer(base_url=f"{url}/v1", url=url, app=app)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)

@@ -23,6 +23,8 @@ from typing import AsyncIterator
 
 import torch
 
+from tracerl.trainer.serving.config import EngineConfig
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -182,26 +184,19 @@ def load_causal_lm(path: str | Path) -> torch.nn.Module:
 class GenerationEngine:
     """Owns model and tokenizer; decodes submitted requests in a background thread."""
 
-    def __init__(
-        self, model_path: str | Path, *, max_batch_size: int = 64, policy_version: int = 0, num_threads: int | None = 1
-    ) -> None:
-        """``num_threads``: torch threads of the decoding thread only (None: torch's default).
-
-        One is the default because a decode step of a small model is a chain of tiny
-        kernels: on a busy 2-core machine OpenMP's second thread mostly spins, measured
-        at 9 ms per step with one thread against 210 ms with two.
-        """
+    def __init__(self, model_path: str | Path, config: EngineConfig | None = None) -> None:
         from transformers import AutoTokenizer
 
+        config = config or EngineConfig()
         self.model_path = Path(model_path)
         self.model = load_causal_lm(self.model_path)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.max_batch_size = max_batch_size
-        self.num_threads = num_threads
+        self.max_batch_size = config.max_batch_size
+        self.num_threads = config.num_threads
         self.max_context = int(self.model.config.max_position_embeddings)
         self.eos_token_ids = _eos_token_ids(self.model, self.tokenizer)
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_token_ids)
-        self._version = policy_version
+        self._version = config.policy_version
         self._cond = threading.Condition()
         self._waiting: deque[_Group] = deque()
         self._swap: _Swap | None = None

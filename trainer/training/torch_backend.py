@@ -12,107 +12,32 @@ an older policy version than the one being trained. Rows without logged log-prob
 fall back to the current policy's (ratio 1, plain REINFORCE) and are counted.
 
 Each LLM call is its own sample, as in LightningRL: no trajectory concatenation.
+Samples come from :mod:`~tracerl.trainer.training.dataset`; checkpoints are written
+through :mod:`~tracerl.trainer.training.checkpoint`.
 """
 
 from __future__ import annotations
 
-import glob
 import math
 import os
-import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 
+from tracerl.trainer.training.backend import TrainMetrics
+from tracerl.trainer.training.checkpoint import checkpoint_folder
+from tracerl.trainer.training.config import TrainConfig
+from tracerl.trainer.training.dataset import Sample
+
+# The optimizer's state, saved beside the weights so the next round resumes it.
 TRAINER_STATE_FILE = "trainer_state.pt"
-
-
-class EmptyDatasetError(ValueError):
-    """The dataset holds no usable transition."""
-
-
-@dataclass
-class TrainConfig:
-    learning_rate: float = 1e-3
-    epochs: int = 2  # passes over one round's batch (PPO reuse)
-    minibatch_size: int = 64
-    clip_epsilon: float = 0.2
-    max_grad_norm: float = 1.0
-    seed: int = 0
-    # torch threads while training (None: torch's default). Small models lose more to
-    # thread hand-offs than they gain: one thread measured ~13x faster on 2 busy cores.
-    num_threads: int | None = 1
-
-
-@dataclass
-class Sample:
-    prompt_ids: list[int]
-    response_ids: list[int]
-    advantage: float
-    old_logprobs: list[float] | None = None
-    response_mask: list[int] | None = None  # 1 where the token is the policy's action
-    target_only: bool = False  # supervised sample: advantage is ignored
-
-
-@dataclass
-class TrainMetrics:
-    samples: int = 0
-    tokens: int = 0
-    steps: int = 0
-    loss: float = 0.0
-    clip_fraction: float = 0.0
-    approx_kl: float = 0.0
-    missing_logprobs: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def read_dataset(dataset_dir: str | os.PathLike) -> tuple[list[Sample], dict[str, int]]:
-    """Samples from ``dataset_dir/transitions-*.parquet``; also what was skipped and why."""
-    files = sorted(glob.glob(os.path.join(os.fspath(dataset_dir), "transitions-*.parquet")))
-    if not files:
-        raise EmptyDatasetError(
-            f"no transitions-*.parquet in {dataset_dir}: run `tracerl pipeline build-dataset` first"
-        )
-    columns = ["prompt_token_ids", "response_token_ids", "response_logprobs", "response_mask", "advantage"]
-    table = pa.concat_tables(pq.read_table(f, columns=columns) for f in files)
-    samples: list[Sample] = []
-    skipped: dict[str, int] = {}
-    for row in table.to_pylist():
-        if not row["response_token_ids"]:
-            skipped["empty response"] = skipped.get("empty response", 0) + 1
-            continue
-        if row["advantage"] is None or not math.isfinite(row["advantage"]):
-            skipped["non-finite advantage"] = skipped.get("non-finite advantage", 0) + 1
-            continue
-        logprobs = row["response_logprobs"]
-        if logprobs is not None and len(logprobs) != len(row["response_token_ids"]):
-            logprobs = None
-            skipped["logprobs of wrong length (ignored)"] = skipped.get("logprobs of wrong length (ignored)", 0) + 1
-        samples.append(
-            Sample(
-                prompt_ids=row["prompt_token_ids"],
-                response_ids=row["response_token_ids"],
-                advantage=float(row["advantage"]),
-                old_logprobs=logprobs,
-                response_mask=row["response_mask"],
-            )
-        )
-    if not samples:
-        raise EmptyDatasetError(f"{dataset_dir} holds no usable transition (skipped: {skipped})")
-    return samples, skipped
 
 
 def _collate(samples: Sequence[Sample], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-padded ids plus, per position, the target token's mask and old log-prob."""
-    lengths = [len(s.prompt_ids) + len(s.response_ids) for s in samples]
+    lengths = [len(s.prompt_token_ids) + len(s.response_token_ids) for s in samples]
     width = max(lengths)
     ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
     attention = torch.zeros((len(samples), width), dtype=torch.long)
@@ -120,15 +45,15 @@ def _collate(samples: Sequence[Sample], pad_id: int) -> dict[str, torch.Tensor]:
     old_logprobs = torch.zeros((len(samples), width - 1))
     has_old = torch.zeros(len(samples), dtype=torch.bool)
     for i, s in enumerate(samples):
-        seq = list(s.prompt_ids) + list(s.response_ids)
+        seq = list(s.prompt_token_ids) + list(s.response_token_ids)
         ids[i, : len(seq)] = torch.tensor(seq)
         attention[i, : len(seq)] = 1
-        start = len(s.prompt_ids) - 1  # logits at position t predict token t + 1
-        end = start + len(s.response_ids)
-        mask = s.response_mask if s.response_mask is not None else [1] * len(s.response_ids)
+        start = len(s.prompt_token_ids) - 1  # logits at position t predict token t + 1
+        end = start + len(s.response_token_ids)
+        mask = s.response_mask if s.response_mask is not None else [1] * len(s.response_token_ids)
         action_mask[i, start:end] = torch.tensor(mask, dtype=torch.float)
-        if s.old_logprobs is not None:
-            old_logprobs[i, start:end] = torch.tensor(s.old_logprobs)
+        if s.response_logprobs is not None:
+            old_logprobs[i, start:end] = torch.tensor(s.response_logprobs)
             has_old[i] = True
     return {"ids": ids, "attention": attention, "action_mask": action_mask, "old_logprobs": old_logprobs, "has_old": has_old}
 
@@ -171,7 +96,7 @@ class PolicyTrainer:
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
         epochs = cfg.epochs if epochs is None else epochs
-        metrics = TrainMetrics(samples=len(samples), missing_logprobs=sum(s.old_logprobs is None for s in samples))
+        metrics = TrainMetrics(samples=len(samples), missing_logprobs=sum(s.response_logprobs is None for s in samples))
         per_epoch = math.ceil(len(samples) / cfg.minibatch_size)
         total_steps = epochs * per_epoch
         loss_sum = clip_sum = kl_sum = 0.0
@@ -217,25 +142,9 @@ class PolicyTrainer:
         return loss.item(), clip_frac, kl, n_tokens
 
     def save(self, out_dir: str | os.PathLike) -> Path:
-        """Write a complete checkpoint atomically, so a server never loads half of one."""
-        out = Path(out_dir)
-        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp)
-        self.tokenizer.save_pretrained(tmp)
-        torch.save(self.optimizer.state_dict(), tmp / TRAINER_STATE_FILE)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-        return out
-
-
-def supervised_samples(tokenizer, examples: Sequence[tuple[list[dict], str]]) -> list[Sample]:
-    """Chat examples (messages, target text) as samples the trainer imitates."""
-    samples = []
-    for messages, target in examples:
-        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        response_ids = tokenizer(target, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        samples.append(Sample(prompt_ids=prompt_ids, response_ids=response_ids, advantage=0.0, target_only=True))
-    return samples
+        """Write a complete checkpoint atomically (weights, tokenizer, optimizer state)."""
+        with checkpoint_folder(out_dir) as folder:
+            self.model.save_pretrained(folder)
+            self.tokenizer.save_pretrained(folder)
+            torch.save(self.optimizer.state_dict(), folder / TRAINER_STATE_FILE)
+        return Path(out_dir)

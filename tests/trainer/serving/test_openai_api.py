@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from tracerl.trainer.serving.app import VERSION_HEADER
+from tracerl.schemas.attributes import POLICY_VERSION_HEADER
 
 CHAT = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "task: add 3 4"}]
 
@@ -29,7 +29,7 @@ def test_chat_completion_returns_token_ids_logprobs_and_policy_version(server, c
     raw = client.chat.completions.with_raw_response.create(
         model="anything", messages=CHAT, max_tokens=12, logprobs=True, top_logprobs=3, extra_body={"return_token_ids": True}
     )
-    assert raw.headers[VERSION_HEADER] == "0"
+    assert raw.headers[POLICY_VERSION_HEADER] == "0"
     reply = raw.parse()
     extra = reply.model_extra
     assert reply.model == "anything"  # unknown names are served and echoed
@@ -158,7 +158,7 @@ def test_streaming_completions_over_raw_sse(server):
     with httpx.stream(
         "POST", f"{server.base_url}/completions", json={"prompt": "task:", "max_tokens": 4, "stream": True, "return_token_ids": True, "ignore_eos": True},
     ) as response:
-        assert response.headers[VERSION_HEADER] == "0"
+        assert response.headers[POLICY_VERSION_HEADER] == "0"
         lines = [line for line in response.iter_lines() if line]
     assert lines[-1] == "data: [DONE]"
     chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
@@ -258,8 +258,8 @@ def test_a_client_that_times_out_stops_its_generation(server):
     """Agents time out and retry: an abandoned non-streamed call must free its batch slot."""
     body = {"messages": CHAT, "max_tokens": 480, "ignore_eos": True}
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=httpx.Timeout(10, read=0.5))
-    deadline = time.monotonic() + 1.5  # decoding 480 tokens takes several seconds
+        httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=httpx.Timeout(10, read=0.1))
+    deadline = time.monotonic() + 1.5  # idle, decoding 480 tokens takes ~0.6 s; busy, several seconds
     while httpx.get(f"{server.url}/health").json()["running"]:
         assert time.monotonic() < deadline, "the abandoned request is still being decoded"
         time.sleep(0.05)

@@ -19,7 +19,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tracerl.trainer.serving.app import VERSION_HEADER, running_server
+from tracerl.schemas.attributes import POLICY_VERSION_HEADER
+from tracerl.trainer.serving.app import running_server
 from tracerl.trainer.tiny_model import ensure_tiny_model
 
 QUESTION = [{"role": "user", "content": "task: add 3 4"}]
@@ -91,7 +92,7 @@ def test_load_weights_bumps_the_version_and_changes_the_policy(server, trained_c
 
     assert _load(server, path=str(trained_checkpoint)).json() == {"policy_version": 1}
     after = _greedy(server)
-    assert after.headers[VERSION_HEADER] == "1"
+    assert after.headers[POLICY_VERSION_HEADER] == "1"
     assert after.json()["policy_version"] == 1
     assert after.json()["choices"][0]["message"]["content"] == REPLY
     assert httpx.get(f"{server.url}/health").json()["policy_version"] == 1

@@ -1,0 +1,115 @@
+"""Reading the dataset `pipeline build-dataset` wrote: its schema version first, then one sample per usable row."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tracerl.pipeline import build_dataset, dataset_table
+from tracerl.schemas import DATASET_SCHEMA_VERSION
+from tracerl.trainer.training.dataset import (
+    MANIFEST_FILE,
+    DatasetError,
+    DatasetVersionError,
+    EmptyDatasetError,
+    read_dataset,
+    transition_files,
+)
+from tracerl_testing.span_builders import episode_span, llm_call, reward_span, write_spans
+
+
+def _episode(ep: str, reward: float | None) -> list[dict]:
+    spans = [
+        episode_span(ep, 0, 100, task="t1"),
+        llm_call(ep, "c1", 1, 10, [1, 2], [3, 4], logprobs=[-0.1, -0.2], version=3),
+        llm_call(ep, "c2", 13, 20, [1, 2, 3, 4, 9], [5], version=3),
+    ]
+    return spans + ([reward_span(ep, "r", 30, reward)] if reward is not None else [])
+
+
+@pytest.fixture()
+def spans_dir(tmp_path):
+    return write_spans(tmp_path / "data", _episode("e1", 1.0) + _episode("e2", 0.0))
+
+
+@pytest.fixture()
+def dataset(spans_dir, tmp_path):
+    build_dataset(spans_dir, tmp_path / "dataset")
+    return tmp_path / "dataset"
+
+
+def test_samples_are_the_rows_the_pipeline_wrote(dataset):
+    samples, skipped = read_dataset(dataset)
+    rows = dataset_table(dataset).to_pylist()
+    assert skipped == {} and len(samples) == len(rows) == 4
+    for sample, row in zip(samples, rows):
+        assert sample.prompt_token_ids == row["prompt_token_ids"]
+        assert sample.response_token_ids == row["response_token_ids"]
+        assert sample.response_logprobs == pytest.approx(row["response_logprobs"])
+        assert sample.response_mask == row["response_mask"]
+        assert sample.advantage == row["advantage"] and sample.policy_version == 3
+    assert sorted(s.advantage for s in samples) == [-1.0, -1.0, 1.0, 1.0]
+
+
+def test_a_dataset_of_another_schema_version_is_refused_saying_what_to_run(dataset, spans_dir):
+    manifest = json.loads((dataset / MANIFEST_FILE).read_text())
+    manifest["schema_version"] = DATASET_SCHEMA_VERSION + 1
+    (dataset / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(DatasetVersionError) as caught:
+        read_dataset(dataset)
+    message = str(caught.value)
+    assert str(dataset) in message
+    assert f"version {DATASET_SCHEMA_VERSION + 1}" in message and f"version {DATASET_SCHEMA_VERSION}" in message
+    # the command to run, with the spans this dataset was built from
+    assert f"pipeline build-dataset --spans {manifest['inputs']['spans']} --out {dataset}" in message
+    assert manifest["inputs"]["spans"].startswith(str(spans_dir))
+
+
+def test_transitions_without_a_manifest_are_refused(dataset, tmp_path):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for path in transition_files(dataset):
+        shutil.copy(path, bare)
+    with pytest.raises(DatasetVersionError, match=f"{bare} has no manifest.json.*build-dataset"):
+        read_dataset(bare)
+
+
+def test_a_file_without_a_column_training_reads_is_named(dataset):
+    (path,) = transition_files(dataset)
+    pq.write_table(pq.read_table(path).drop_columns(["advantage"]), path)
+    with pytest.raises(DatasetError, match=f"{path} has no column 'advantage'"):
+        read_dataset(dataset)
+
+
+def test_a_retyped_column_is_named(dataset):
+    (path,) = transition_files(dataset)
+    table = pq.read_table(path)
+    index = table.schema.get_field_index("advantage")
+    pq.write_table(table.set_column(index, "advantage", table.column("advantage").cast(pa.string())), path)
+    with pytest.raises(DatasetError, match=r"'advantage' is string, the dataset schema says double"):
+        read_dataset(dataset)
+
+
+def test_a_dataset_without_transitions_repeats_the_builds_warnings(tmp_path):
+    data = write_spans(tmp_path / "data", _episode("e1", None))  # no reward: nothing to learn from
+    build_dataset(data, tmp_path / "dataset")
+    with pytest.raises(EmptyDatasetError, match="holds no transitions.*no reward"):
+        read_dataset(tmp_path / "dataset")
+
+
+def test_no_dataset_at_all_says_what_to_run(tmp_path):
+    with pytest.raises(EmptyDatasetError, match="build-dataset"):
+        read_dataset(tmp_path / "nowhere")
+
+
+def test_unusable_rows_are_counted_and_an_all_unusable_dataset_refused(tmp_path, write_dataset):
+    row = {"prompt_token_ids": [1], "response_token_ids": [2, 3], "response_logprobs": [-0.5], "advantage": 1.0}
+    samples, skipped = read_dataset(write_dataset(tmp_path / "a", [row, {**row, "response_token_ids": []}]))
+    assert len(samples) == 1 and samples[0].response_logprobs is None
+    assert skipped == {"empty response": 1, "logprobs of wrong length (ignored)": 1}
+    with pytest.raises(EmptyDatasetError, match="empty response"):
+        read_dataset(write_dataset(tmp_path / "b", [{**row, "response_token_ids": []}]))

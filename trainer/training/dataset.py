@@ -1,0 +1,135 @@
+"""The transitions dataset, read for training: one :class:`Sample` per usable row.
+
+``pipeline build-dataset`` writes a folder of ``transitions-*.parquet`` (rows of
+``schemas.dataset.DATASET_SCHEMA``) and a ``manifest.json`` that records, among the
+build's inputs and counts, the schema version of those rows. The version is checked
+before anything is read: a dataset of another version may hold columns of the same
+name with another meaning, and training on it would go wrong without an error.
+
+The columns read are the fields of :class:`Sample`, looked up in ``DATASET_SCHEMA`` at
+import: a column renamed or retyped there fails here at once, not in the middle of a run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tracerl.schemas.dataset import DATASET_SCHEMA, DATASET_SCHEMA_VERSION
+
+# The folder's layout, as tracerl.pipeline.build writes it.
+MANIFEST_FILE = "manifest.json"
+MANIFEST_SCHEMA_VERSION = "schema_version"
+TRANSITIONS_GLOB = "transitions-*.parquet"
+
+
+class DatasetError(ValueError):
+    """The folder cannot be trained on; the message says why and what to run."""
+
+
+class EmptyDatasetError(DatasetError):
+    """The dataset holds no usable transition."""
+
+
+class DatasetVersionError(DatasetError):
+    """The dataset was built with another schema version than this tracerl reads."""
+
+
+@dataclass
+class Sample:
+    """One LLM call to learn from. Field names are ``DATASET_SCHEMA`` column names."""
+
+    prompt_token_ids: list[int]
+    response_token_ids: list[int]
+    advantage: float
+    # log-probs the server sampled with (the behaviour policy), None when it logged none
+    response_logprobs: list[float] | None = None
+    response_mask: list[int] | None = None  # 1 where the token is the policy's action
+    policy_version: int | None = None  # the version that sampled it
+    target_only: bool = False  # supervised sample (warm start): advantage is ignored
+
+
+_NOT_COLUMNS = {"target_only"}
+SAMPLE_COLUMNS = pa.schema([DATASET_SCHEMA.field(f.name) for f in fields(Sample) if f.name not in _NOT_COLUMNS])
+
+
+def transition_files(dataset_dir: str | os.PathLike) -> list[Path]:
+    """The dataset's Parquet files in name order (the order the pipeline wrote them)."""
+    return sorted(Path(dataset_dir).glob(TRANSITIONS_GLOB))
+
+
+def check_schema_version(dataset_dir: str | os.PathLike) -> dict:
+    """The dataset's manifest, once its schema version is the one this tracerl reads."""
+    folder = Path(dataset_dir)
+    path = folder / MANIFEST_FILE
+    rebuild = f"rebuild it with `pipeline build-dataset --spans SPANS --out {folder}`"
+    if not path.is_file():
+        raise DatasetVersionError(
+            f"{folder} has no {MANIFEST_FILE}, so the schema version of its transitions is unknown "
+            f"(a folder written by `pipeline build-dataset` always has one): {rebuild}"
+        )
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        found = manifest[MANIFEST_SCHEMA_VERSION]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+        raise DatasetVersionError(f"{path} is not a dataset manifest with a {MANIFEST_SCHEMA_VERSION!r} ({exc!r}): {rebuild}") from None
+    if found != DATASET_SCHEMA_VERSION:
+        spans = (manifest.get("inputs") or {}).get("spans") or "SPANS"
+        raise DatasetVersionError(
+            f"{folder} holds dataset schema version {found}, and this tracerl trains on version "
+            f"{DATASET_SCHEMA_VERSION}: rebuild it from its spans with "
+            f"`pipeline build-dataset --spans {spans} --out {folder}`"
+        )
+    return manifest
+
+
+def read_dataset(dataset_dir: str | os.PathLike) -> tuple[list[Sample], dict[str, int]]:
+    """Samples from the dataset folder; also how many rows were skipped, by reason."""
+    folder = Path(dataset_dir)
+    files = transition_files(folder)
+    if not files and not (folder / MANIFEST_FILE).exists():
+        raise EmptyDatasetError(f"no {TRANSITIONS_GLOB} in {folder}: run `tracerl pipeline build-dataset` first")
+    manifest = check_schema_version(folder)
+    if not files:
+        notes = "; ".join(manifest.get("warnings") or []) or "see its manifest's counts"
+        raise EmptyDatasetError(f"{folder} holds no transitions ({notes})")
+    table = pa.concat_tables(_read_columns(f) for f in files)
+    samples: list[Sample] = []
+    skipped: dict[str, int] = {}
+
+    def skip(reason: str) -> None:
+        skipped[reason] = skipped.get(reason, 0) + 1
+
+    for row in table.to_pylist():
+        sample = Sample(**row)
+        if not sample.response_token_ids:
+            skip("empty response")
+            continue
+        if sample.advantage is None or not math.isfinite(sample.advantage):
+            skip("non-finite advantage")
+            continue
+        if sample.response_logprobs is not None and len(sample.response_logprobs) != len(sample.response_token_ids):
+            sample.response_logprobs = None
+            skip("logprobs of wrong length (ignored)")
+        samples.append(sample)
+    if not samples:
+        raise EmptyDatasetError(f"{folder} holds no usable transition (skipped: {skipped})")
+    return samples, skipped
+
+
+def _read_columns(path: Path) -> pa.Table:
+    """The Sample columns of one file, after checking the file really has them as the schema says."""
+    schema = pq.read_schema(path)
+    for expected in SAMPLE_COLUMNS:
+        if expected.name not in schema.names:
+            raise DatasetError(f"{path} has no column {expected.name!r} of the dataset schema: rebuild the dataset with `pipeline build-dataset`")
+        found = schema.field(expected.name).type
+        if found != expected.type:
+            raise DatasetError(f"{path}: column {expected.name!r} is {found}, the dataset schema says {expected.type}: rebuild the dataset with `pipeline build-dataset`")
+    return pq.read_table(path, columns=SAMPLE_COLUMNS.names)
