@@ -25,7 +25,6 @@ import http.client
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from pathlib import Path
 
 import grpc
 import httpx
+import pyarrow.parquet as pq
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from opentelemetry.sdk.trace.export import SpanExportResult
@@ -44,6 +44,8 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from tracerl.instrumentation.parquet_exporter import ParquetSpanExporter
 from tracerl.schemas import attributes as A
 from tracerl_testing.loadgen import encode_batches, make_spans
+from tracerl_testing.net import free_port, wait_http
+from tracerl_testing.tables import table_files
 
 GRPC_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
@@ -166,23 +168,6 @@ def grpc_sender(port: int, clients: int, bodies: list[bytes]) -> Callable[[int, 
     return send
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(url, timeout=2)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up")
-
-
 def start_tracerl(out: Path, workers: int) -> tuple[subprocess.Popen, int, int]:
     command = [sys.executable, "-m", "tracerl", "collector", "serve", "--out", str(out), "--http-port", "0",
                "--grpc-port", "0", "--log-level", "warning"]
@@ -202,7 +187,7 @@ def start_agl(agl: str) -> tuple[subprocess.Popen, int]:
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")
     proc = subprocess.Popen([agl, "store", "--host", "127.0.0.1", "--port", str(port)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_http(f"http://127.0.0.1:{port}/v1/agl/health")
+    wait_http(f"http://127.0.0.1:{port}/v1/agl/health", timeout_s=120)
     return proc, port
 
 
@@ -228,10 +213,8 @@ def stop(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
-def count_rows(folder: Path) -> int:
-    import pyarrow.parquet as pq
-
-    return sum(pq.read_metadata(p).num_rows for p in folder.glob("**/*.parquet") if not p.name.startswith("."))
+def count_rows(data_dir: Path) -> int:
+    return sum(pq.read_metadata(p).num_rows for p in table_files(data_dir, "spans"))
 
 
 def main() -> None:
@@ -283,7 +266,7 @@ def main() -> None:
         finally:
             stop(proc)
         acked = warm.spans + sum(r.spans for r in results)
-        print(f"tracerl: {acked} spans acknowledged, {count_rows(tmp / 'tracerl' / 'spans')} in Parquet after shutdown")
+        print(f"tracerl: {acked} spans acknowledged, {count_rows(tmp / 'tracerl')} in Parquet after shutdown")
 
         exporter = ParquetSpanExporter(tmp / "inprocess")
         chunks = [spans[i : i + args.batch] for i in range(0, len(spans), args.batch)]

@@ -22,6 +22,7 @@ from tracerl.schemas import attributes as A
 from tracerl.schemas.spans import SPANS_SCHEMA, spans_table
 from tracerl.schemas.tokens import pack_ids
 from tracerl_testing.loadgen import encode_batches, make_spans
+from tracerl_testing.otlp_requests import random_request
 
 
 def _assert_same(request: ExportTraceServiceRequest) -> pa.Table:
@@ -38,7 +39,7 @@ def _assert_same(request: ExportTraceServiceRequest) -> pa.Table:
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_random_requests_store_exactly_what_span_row_stores(seed: int, random_request) -> None:
+def test_random_requests_store_exactly_what_span_row_stores(seed: int) -> None:
     _assert_same(random_request(seed))
 
 
@@ -85,7 +86,7 @@ def test_value_the_schema_cannot_hold_falls_back_to_rejecting_that_span_alone() 
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_without_the_c_extension_the_same_table(seed: int, random_request, monkeypatch) -> None:
+def test_without_the_c_extension_the_same_table(seed: int, monkeypatch) -> None:
     """A machine without a C compiler installs without ``_otlp_wire``: protobuf objects and
     ``promote`` per span then, the same stored values."""
     monkeypatch.setattr(columns, "HAVE_WIRE_DECODER", False)

@@ -22,6 +22,7 @@ from tracerl.collector.service import TRACES, CollectorConfig, replay_unused_wal
 from tracerl.collector.server import CollectorServer, Endpoints
 from tracerl.storage import write_parquet_atomic
 from tracerl_testing.loadgen import encode_batches, make_spans
+from tracerl_testing.tables import read_table
 
 
 def test_torn_tail_is_cut_off_and_complete_records_survive(tmp_path):
@@ -47,34 +48,34 @@ def _sealed_segment(wal_dir: Path, seq: int, payloads: list[bytes], partition: s
 
 
 @pytest.mark.parametrize("parquet_was_written", [True, False])
-def test_replay_of_a_sealed_segment_is_exact(tmp_path, read, parquet_was_written):
+def test_replay_of_a_sealed_segment_is_exact(data_dir, parquet_was_written):
     """A crash between sealing a segment and deleting it: replay writes its rows once."""
-    out, partition = tmp_path / "data", "date=2026-01-01/hour=00"
-    config = CollectorConfig(out=str(out), instance_id="c1")
+    partition = "date=2026-01-01/hour=00"
+    config = CollectorConfig(out=str(data_dir), instance_id="c1")
     payloads = encode_batches(make_spans(20, seed=5), batch_size=10)
     wal_dir = worker_wal_dir(config, 0) / "spans"
     wal_dir.mkdir(parents=True)
     _sealed_segment(wal_dir, 3, payloads, partition)
     if parquet_was_written:
         rows = [r for p in payloads for r in TRACES.table.convert(p).rows]
-        write_parquet_atomic(TRACES.table.to_table(rows), out / "spans", prefix="c1-000000000003", partition=partition)
+        write_parquet_atomic(TRACES.table.to_table(rows), data_dir / "spans", prefix="c1-000000000003", partition=partition)
     else:  # the crash interrupted the write: a hidden temporary file is left behind
-        (out / "spans" / partition).mkdir(parents=True)
-        (out / "spans" / partition / ".c1-000000000003-1-x.parquet.tmp").write_bytes(b"PAR1 half")
+        (data_dir / "spans" / partition).mkdir(parents=True)
+        (data_dir / "spans" / partition / ".c1-000000000003-1-x.parquet.tmp").write_bytes(b"PAR1 half")
 
     server = CollectorServer(config, Endpoints(http_port=0, grpc_port=None)).start()
     server.stop()
-    table = read(out)
+    table = read_table(data_dir)
     assert table.num_rows == 20 and len(set(table["span_id"].to_pylist())) == 20
-    assert all(f.parent.name == "hour=00" for f in (out / "spans").glob("**/*.parquet"))
+    assert all(f.parent.name == "hour=00" for f in (data_dir / "spans").glob("**/*.parquet"))
     assert not list(wal_dir.glob("*.wal"))
-    assert not list((out / "spans").glob("**/.*.tmp"))
+    assert not list((data_dir / "spans").glob("**/.*.tmp"))
 
 
-def test_replay_of_an_unsealed_segment_seals_it_first(tmp_path, read):
+def test_replay_of_an_unsealed_segment_seals_it_first(data_dir):
     """The segment that was open at the crash: replay writes it under the partition it seals it
     with, so a second crash in the middle of replay cannot write it twice."""
-    config = CollectorConfig(out=str(tmp_path / "data"), instance_id="c1")
+    config = CollectorConfig(out=str(data_dir), instance_id="c1")
     wal_dir = worker_wal_dir(config, 0) / "spans"
     wal_dir.mkdir(parents=True)
     writer = wal.SegmentWriter(wal_dir, 5)
@@ -84,13 +85,13 @@ def test_replay_of_an_unsealed_segment_seals_it_first(tmp_path, read):
     assert segment.partition is None
 
     CollectorServer(config, Endpoints(http_port=0, grpc_port=None)).start().stop()
-    (written,) = (tmp_path / "data" / "spans").glob("**/*.parquet")
+    (written,) = (data_dir / "spans").glob("**/*.parquet")
     assert written.name.startswith("c1-000000000005-")
-    assert read(tmp_path / "data").num_rows == 10
+    assert read_table(data_dir).num_rows == 10
 
 
-def test_a_second_collector_cannot_share_a_wal(tmp_path):
-    config = CollectorConfig(out=str(tmp_path / "data"))
+def test_a_second_collector_cannot_share_a_wal(data_dir):
+    config = CollectorConfig(out=str(data_dir))
     with CollectorServer(config, Endpoints(http_port=0, grpc_port=None)):
         with pytest.raises(RuntimeError, match="in use by another collector"):
             CollectorServer(config, Endpoints(http_port=0, grpc_port=None))
@@ -125,14 +126,13 @@ def _send_until_killed(url: str, bodies: list[bytes], acked: set[str], stop: thr
 
 
 @pytest.mark.slow
-def test_kill_9_loses_no_acknowledged_span(tmp_path, read):
-    out = tmp_path / "data"
+def test_kill_9_loses_no_acknowledged_span(data_dir):
     rng = random.Random(7)
     acked: set[str] = set()
     only_in_wal = 0  # records acknowledged but not yet in Parquet when the process died
-    wal_dir = out / ".collector-wal" / "worker-0" / "spans"
+    wal_dir = data_dir / ".collector-wal" / "worker-0" / "spans"
     for round_ in range(3):
-        proc, url = _start(out)
+        proc, url = _start(data_dir)
         bodies = encode_batches(make_spans(3000, seed=100 + round_), batch_size=50)
         stop = threading.Event()
         clients = [
@@ -152,24 +152,23 @@ def test_kill_9_loses_no_acknowledged_span(tmp_path, read):
         for client in clients:
             client.join()
         # whatever a reader sees right after the crash is complete Parquet
-        for path in (out / "spans").glob("**/*.parquet"):
+        for path in (data_dir / "spans").glob("**/*.parquet"):
             if not path.name.startswith("."):
                 pq.read_metadata(path)
         only_in_wal += sum(len(wal.read_segment(wal_dir, seq).records) for seq in wal.list_segments(wal_dir))
 
-    proc, _ = _start(out)  # replays the WAL of the last crash before serving
+    proc, _ = _start(data_dir)  # replays the WAL of the last crash before serving
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0
-    stored = read(out)["span_id"].to_pylist()
+    stored = read_table(data_dir)["span_id"].to_pylist()
     assert len(acked) > 500 and only_in_wal > 0
     assert acked <= set(stored), f"{len(acked - set(stored))} acknowledged spans lost"
     assert len(stored) == len(set(stored)), "replay duplicated spans"
 
 
-def test_shutdown_during_a_storage_outage_leaves_the_rows_in_the_wal(tmp_path, read):
-    out = tmp_path / "data"
-    out.write_text("not a folder: Parquet commits fail")
-    config = CollectorConfig(out=str(out), wal_dir=tmp_path / "wal", flush_interval_s=0.1)
+def test_shutdown_during_a_storage_outage_leaves_the_rows_in_the_wal(data_dir, tmp_path):
+    data_dir.write_text("not a folder: Parquet commits fail")
+    config = CollectorConfig(out=str(data_dir), wal_dir=tmp_path / "wal", flush_interval_s=0.1)
     server = CollectorServer(config, Endpoints(http_port=0, grpc_port=None)).start()
     body = encode_batches(make_spans(20, seed=14))[0]
     assert httpx.post(f"{server.http_url()}/v1/traces", content=body,
@@ -179,15 +178,15 @@ def test_shutdown_during_a_storage_outage_leaves_the_rows_in_the_wal(tmp_path, r
     assert time.monotonic() - started < 10
     assert wal.list_segments(worker_wal_dir(config, 0) / "spans")
 
-    out.unlink()  # storage is back
+    data_dir.unlink()  # storage is back
     CollectorServer(config, Endpoints(http_port=0, grpc_port=None)).start().stop()
-    assert read(out).num_rows == 20
+    assert read_table(data_dir).num_rows == 20
 
 
-def test_a_crash_in_the_middle_of_replay_does_not_duplicate(tmp_path, read, monkeypatch):
+def test_a_crash_in_the_middle_of_replay_does_not_duplicate(data_dir, monkeypatch):
     from tracerl.collector import sink
 
-    config = CollectorConfig(out=str(tmp_path / "data"), instance_id="c1")
+    config = CollectorConfig(out=str(data_dir), instance_id="c1")
     wal_dir = worker_wal_dir(config, 0) / "spans"
     wal_dir.mkdir(parents=True)
     writer = wal.SegmentWriter(wal_dir, 5)
@@ -206,18 +205,18 @@ def test_a_crash_in_the_middle_of_replay_does_not_duplicate(tmp_path, read, monk
     monkeypatch.undo()
 
     CollectorServer(config, Endpoints(http_port=0, grpc_port=None)).start().stop()
-    table = read(tmp_path / "data")
+    table = read_table(data_dir)
     assert table.num_rows == 10 and len(set(table["span_id"].to_pylist())) == 10
 
 
-def test_wal_of_a_worker_no_longer_started_is_committed(tmp_path, read):
+def test_wal_of_a_worker_no_longer_started_is_committed(data_dir):
     """Last run had --workers 2, this one has 1: worker 1's acknowledged rows are not stranded."""
-    config = CollectorConfig(out=str(tmp_path / "data"))
+    config = CollectorConfig(out=str(data_dir))
     wal_dir = worker_wal_dir(config, 1) / "spans"
     wal_dir.mkdir(parents=True)
     writer = wal.SegmentWriter(wal_dir, 1)
     writer.append(encode_batches(make_spans(7, seed=8)))
     writer.sync()
     replay_unused_wals(config, workers=1)
-    assert read(tmp_path / "data").num_rows == 7
+    assert read_table(data_dir).num_rows == 7
     assert not wal.list_segments(wal_dir)

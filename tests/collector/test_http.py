@@ -19,20 +19,21 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from tracerl.schemas import attributes as A
 from tracerl.schemas.tokens import decode
 from tracerl_testing.loadgen import encode_batches, make_spans
+from tracerl_testing.tables import read_table
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["tokpack", "int-arrays"])
 @pytest.mark.parametrize("compression", [Compression.NoCompression, Compression.Gzip], ids=["plain", "gzip"])
-def test_exporter_spans_arrive_losslessly(serve, read, tmp_path, packed, compression):
-    server = serve()
+def test_exporter_spans_arrive_losslessly(start_collector, data_dir, packed, compression):
+    server = start_collector()
     spans = make_spans(40, packed=packed, llm_every=2, seed=1)
     exporter = OTLPSpanExporter(endpoint=f"{server.http_url()}/v1/traces", compression=compression)
     assert exporter.export(spans) is SpanExportResult.SUCCESS
     server.collector.flush()
 
-    rows = {r["span_id"]: r for r in read(tmp_path / "data").to_pylist()}
+    rows = {r["span_id"]: r for r in read_table(data_dir).to_pylist()}
     assert len(rows) == 40
     for span in spans:
         row = rows[format(span.context.span_id, "016x")]
@@ -83,8 +84,8 @@ def _json_request(token_value) -> dict:
     }
 
 
-def test_json_post_follows_the_otlp_json_encoding(serve, read, tmp_path):
-    server = serve()
+def test_json_post_follows_the_otlp_json_encoding(start_collector, data_dir):
+    server = start_collector()
     tokens = {"arrayValue": {"values": [{"intValue": "1"}, {"intValue": "2"}, {"intValue": "3"}]}}
     reply = httpx.post(f"{server.http_url()}/v1/traces", json=_json_request(tokens))
     assert reply.status_code == 200, reply.text
@@ -92,7 +93,7 @@ def test_json_post_follows_the_otlp_json_encoding(serve, read, tmp_path):
     assert reply.json() == {}
     server.collector.flush()
 
-    (row,) = read(tmp_path / "data").to_pylist()
+    (row,) = read_table(data_dir).to_pylist()
     assert row["trace_id"] == "5b8efff798038103d269b633813fc60c"
     assert row["span_id"] == "eee19b7ec3c1b174"
     assert row["parent_span_id"] == "eee19b7ec3c1b173"
@@ -107,8 +108,8 @@ def test_json_post_follows_the_otlp_json_encoding(serve, read, tmp_path):
     assert (row["service_name"], row["scope_name"], row["scope_version"]) == ("json-agent", "manual", "0.1")
 
 
-def test_corrupt_token_attribute_rejects_only_that_span(serve, read, tmp_path):
-    server = serve()
+def test_corrupt_token_attribute_rejects_only_that_span(start_collector, data_dir):
+    server = start_collector()
     good = make_spans(3, seed=2, llm_every=1)
     request = _json_request({"stringValue": "tokpack:i4:###not-base64###"})
     request["resourceSpans"][0]["scopeSpans"][0]["spans"].append(
@@ -126,7 +127,7 @@ def test_corrupt_token_attribute_rejects_only_that_span(serve, read, tmp_path):
     assert httpx.post(f"{server.http_url()}/v1/traces", content=proto,
                       headers={"content-type": "application/x-protobuf"}).status_code == 200
     server.collector.flush()
-    rows = read(tmp_path / "data").to_pylist()
+    rows = read_table(data_dir).to_pylist()
     assert sorted(r["span_id"] for r in rows if r["trace_id"] == "5b8efff798038103d269b633813fc60c") == ["eee19b7ec3c1b199"]
     assert len(rows) == 1 + 3
 
@@ -147,8 +148,8 @@ def test_corrupt_token_attribute_rejects_only_that_span(serve, read, tmp_path):
         (b"x", {"content-type": "application/x-protobuf", "content-encoding": "br"}, 415, "not supported"),
     ],
 )
-def test_bad_requests_get_a_status_saying_what_is_wrong(serve, content, headers, status, says):
-    server = serve()
+def test_bad_requests_get_a_status_saying_what_is_wrong(start_collector, content, headers, status, says):
+    server = start_collector()
     reply = httpx.post(f"{server.http_url()}/v1/traces", content=content, headers=headers)
     assert reply.status_code == status
     if headers["content-type"] == "application/json":
@@ -160,8 +161,8 @@ def test_bad_requests_get_a_status_saying_what_is_wrong(serve, content, headers,
     assert OTLPSpanExporter(endpoint=f"{server.http_url()}/v1/traces").export(make_spans(2)) is SpanExportResult.SUCCESS
 
 
-def test_oversize_bodies_get_413_even_when_compressed(serve):
-    server = serve(max_body_bytes=10_000)
+def test_oversize_bodies_get_413_even_when_compressed(start_collector):
+    server = start_collector(max_body_bytes=10_000)
     url = f"{server.http_url()}/v1/traces"
     reply = httpx.post(url, content=b"\0" * 20_000, headers={"content-type": "application/x-protobuf"})
     assert reply.status_code == 413
@@ -171,8 +172,8 @@ def test_oversize_bodies_get_413_even_when_compressed(serve):
     assert "decompressed body exceeds" in status_pb2.Status.FromString(reply.content).message
 
 
-def test_bearer_token_is_required_when_configured(serve):
-    server = serve(auth_token="s3cret")
+def test_bearer_token_is_required_when_configured(start_collector):
+    server = start_collector(auth_token="s3cret")
     url = f"{server.http_url()}/v1/traces"
     spans = make_spans(3)
     assert OTLPSpanExporter(endpoint=url).export(spans) is SpanExportResult.FAILURE
@@ -182,15 +183,15 @@ def test_bearer_token_is_required_when_configured(serve):
     assert exporter.export(spans) is SpanExportResult.SUCCESS
 
 
-def test_empty_request_is_fine(serve):
-    server = serve()
+def test_empty_request_is_fine(start_collector):
+    server = start_collector()
     reply = httpx.post(f"{server.http_url()}/v1/traces", content=b"", headers={"content-type": "application/x-protobuf"})
     assert reply.status_code == 200
     assert ExportTraceServiceResponse.FromString(reply.content) == ExportTraceServiceResponse()
 
 
-def test_a_value_the_table_cannot_hold_rejects_only_its_span(serve, read, tmp_path):
-    server = serve()
+def test_a_value_the_table_cannot_hold_rejects_only_its_span(start_collector, data_dir):
+    server = start_collector()
     request = ExportTraceServiceRequest.FromString(encode_batches(make_spans(3, seed=13))[0])
     request.resource_spans[0].scope_spans[0].spans[1].start_time_unix_nano = 2**64 - 1  # uint64 on the wire
     reply = httpx.post(f"{server.http_url()}/v1/traces", content=request.SerializeToString(), headers=PROTOBUF)
@@ -198,11 +199,11 @@ def test_a_value_the_table_cannot_hold_rejects_only_its_span(serve, read, tmp_pa
     assert reply.status_code == 200 and partial.rejected_spans == 1
     assert "does not fit the spans table" in partial.error_message
     server.stop()  # replay-free shutdown commits the two good spans
-    assert read(tmp_path / "data").num_rows == 2
+    assert read_table(data_dir).num_rows == 2
 
 
-def test_span_content_never_reaches_the_log(serve, caplog):
-    server = serve()
+def test_span_content_never_reaches_the_log(start_collector, caplog):
+    server = start_collector()
     secret = "the user's private prompt"
     request = _json_request({"stringValue": "tokpack:i4:###"})
     request["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] = secret

@@ -13,12 +13,13 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tracerl_testing.loadgen import encode_batches, make_spans
+from tracerl_testing.tables import read_table
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
 
 
-def test_too_much_in_flight_gets_429_with_retry_after(serve):
-    server = serve(max_inflight_bytes=1)
+def test_too_much_in_flight_gets_429_with_retry_after(start_collector):
+    server = start_collector(max_inflight_bytes=1)
     server.collector.admission.acquire(1)  # as if a large request were being handled
     try:
         reply = httpx.post(f"{server.http_url()}/v1/traces", content=encode_batches(make_spans(2))[0], headers=PROTOBUF)
@@ -45,10 +46,9 @@ def _otelcol_otlphttp_export(url: str, body: bytes, attempts: list[int]) -> int:
         time.sleep(float(reply.headers.get("retry-after", "1")))
 
 
-def test_storage_outage_gives_503_then_otelcol_retries_succeed(serve, read, tmp_path):
-    out = tmp_path / "data"
-    out.write_text("not a folder: every Parquet commit fails until this is fixed")
-    server = serve(out=str(out), wal_dir=tmp_path / "wal", max_backlog_bytes=1, flush_interval_s=0.1)
+def test_storage_outage_gives_503_then_otelcol_retries_succeed(start_collector, data_dir, tmp_path):
+    data_dir.write_text("not a folder: every Parquet commit fails until this is fixed")
+    server = start_collector(out=str(data_dir), wal_dir=tmp_path / "wal", max_backlog_bytes=1, flush_interval_s=0.1)
     url = f"{server.http_url()}/v1/traces"
     first, second = encode_batches(make_spans(40, seed=9), batch_size=20)
 
@@ -61,17 +61,17 @@ def test_storage_outage_gives_503_then_otelcol_retries_succeed(serve, read, tmp_
     exporter = threading.Thread(target=_otelcol_otlphttp_export, args=(url, second, attempts))
     exporter.start()
     time.sleep(1.5)
-    out.unlink()  # storage comes back; the flusher's retry commits the first batch
+    data_dir.unlink()  # storage comes back; the flusher's retry commits the first batch
     exporter.join()
     assert attempts[0] == 503 and attempts[-1] == 200
 
     server.stop()
-    table = read(out)
+    table = read_table(data_dir)
     assert table.num_rows == 40 and len(set(table["span_id"].to_pylist())) == 40
 
 
-def test_a_slow_client_does_not_stall_the_others(serve):
-    server = serve(body_timeout_s=2.0)
+def test_a_slow_client_does_not_stall_the_others(start_collector):
+    server = start_collector(body_timeout_s=2.0)
     slow = socket.create_connection(("127.0.0.1", server.http_port))
     slow.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
                  b"Content-Length: 100000\r\n\r\n" + b"\x0a" * 10)

@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_genai_events_are_stored_and_join_their_span(serve, tmp_path, protocol):
-    server = serve()
+def test_genai_events_are_stored_and_join_their_span(start_collector, data_dir, protocol):
+    server = start_collector()
     resource = Resource.create({"service.name": "chat-agent"})
     tracer_provider = TracerProvider(resource=resource)
     tracer_provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{server.http_url()}/v1/traces")))
@@ -42,11 +42,10 @@ def test_genai_events_are_stored_and_join_their_span(serve, tmp_path, protocol):
     logger_provider.shutdown()
     server.collector.flush()
 
-    data = tmp_path / "data"
     rows = duckdb.sql(
         f"""SELECT l.event_name, l.body, s.name, l.service_name
-            FROM read_parquet('{data}/logs/**/*.parquet', hive_partitioning=false) l
-            JOIN read_parquet('{data}/spans/**/*.parquet', hive_partitioning=false) s
+            FROM read_parquet('{data_dir}/logs/**/*.parquet', hive_partitioning=false) l
+            JOIN read_parquet('{data_dir}/spans/**/*.parquet', hive_partitioning=false) s
               ON l.trace_id = s.trace_id AND l.span_id = s.span_id
             ORDER BY l.time_unix_nano"""
     ).fetchall()
@@ -56,5 +55,5 @@ def test_genai_events_are_stored_and_join_their_span(serve, tmp_path, protocol):
     ]
     assert json.loads(rows[0][1]) == {"content": "What is 6*7?"}
     assert json.loads(rows[1][1])["message"]["content"] == "42"
-    span_ids = duckdb.sql(f"SELECT DISTINCT span_id FROM read_parquet('{data}/logs/**/*.parquet')").fetchall()
+    span_ids = duckdb.sql(f"SELECT DISTINCT span_id FROM read_parquet('{data_dir}/logs/**/*.parquet')").fetchall()
     assert span_ids == [(format(span.get_span_context().span_id, "016x"),)]

@@ -27,6 +27,7 @@ from tracerl.schemas import attributes as A
 from tracerl.schemas.spans import PROMOTED_ATTRIBUTES, TOKEN_COLUMNS, promote
 from tracerl.schemas.tokens import decode_array, pack_floats, pack_ids
 from tracerl_testing.loadgen import encode_batches, make_spans
+from tracerl_testing.otlp_requests import random_request
 
 
 
@@ -126,7 +127,7 @@ def attribute(key: bytes, any_value: bytes | None) -> bytes:
 # --- what protobuf's encoder writes ------------------------------------------------------------
 
 @pytest.mark.parametrize("seed", range(60))
-def test_random_requests(seed: int, random_request) -> None:
+def test_random_requests(seed: int) -> None:
     _assert_same(random_request(seed).SerializeToString())
 
 
@@ -179,7 +180,7 @@ def test_many_distinct_keys_and_values() -> None:
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_promote_columns_is_promote_of_every_span(seed: int, random_request) -> None:
+def test_promote_columns_is_promote_of_every_span(seed: int) -> None:
     _, _, spans, _ = otlp.trace_records(random_request(seed))
     attributes = spans[10]
     columns_ = _otlp_wire.promote_columns(attributes, PROMOTED_ATTRIBUTES)
@@ -260,7 +261,7 @@ def _with_unknown_fields(message, rng: random.Random) -> bytes:
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_unknown_fields_are_skipped(seed: int, random_request) -> None:
+def test_unknown_fields_are_skipped(seed: int) -> None:
     request = random_request(seed)
     body = _with_unknown_fields(request, random.Random(seed))
     parsed = ExportTraceServiceRequest.FromString(body)

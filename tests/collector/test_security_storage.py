@@ -20,6 +20,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tracerl_testing.loadgen import make_spans
+from tracerl_testing.tables import read_table
 
 
 @pytest.fixture
@@ -42,11 +43,11 @@ def certificate(tmp_path):
     return cert_path, key_path
 
 
-def test_tls_on_http_and_grpc(serve, read, tmp_path, certificate, monkeypatch):
+def test_tls_on_http_and_grpc(start_collector, data_dir, certificate, monkeypatch):
     # requests lets these variables override the exporter's certificate_file (requests#3829)
     monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
     monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
-    server = serve(tls=certificate)
+    server = start_collector(tls=certificate)
     assert server.http_url().startswith("https://")
     spans = make_spans(10, seed=11)
     http = HttpExporter(endpoint=f"{server.http_url()}/v1/traces", certificate_file=str(certificate[0]))
@@ -56,7 +57,7 @@ def test_tls_on_http_and_grpc(serve, read, tmp_path, certificate, monkeypatch):
     assert grpc_exporter.export(spans[5:]) is SpanExportResult.SUCCESS
     grpc_exporter.shutdown()
     server.collector.flush()
-    assert read(tmp_path / "data").num_rows == 10
+    assert read_table(data_dir).num_rows == 10
 
 
 @pytest.fixture
@@ -73,10 +74,10 @@ def s3(monkeypatch):
     moto.stop()
 
 
-def test_object_storage_through_pyarrow_s3(serve, tmp_path, s3):
+def test_object_storage_through_pyarrow_s3(start_collector, tmp_path, s3):
     host_port = s3.removeprefix("http://")
     out = f"s3://traces/prod?endpoint_override={host_port}&scheme=http&region=us-east-1"
-    server = serve(out=out, wal_dir=tmp_path / "wal")
+    server = start_collector(out=out, wal_dir=tmp_path / "wal")
     spans = make_spans(25, seed=12)
     assert HttpExporter(endpoint=f"{server.http_url()}/v1/traces").export(spans) is SpanExportResult.SUCCESS
     server.collector.flush()

@@ -12,12 +12,12 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tracerl_testing.loadgen import make_spans
+from tracerl_testing.tables import read_table
 
 
-def test_workers_share_ports_and_write_one_dataset(tmp_path, read):
-    out = tmp_path / "data"
+def test_workers_share_ports_and_write_one_dataset(data_dir):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tracerl", "collector", "serve", "--out", str(out), "--http-port", "0",
+        [sys.executable, "-m", "tracerl", "collector", "serve", "--out", str(data_dir), "--http-port", "0",
          "--grpc-port", "0", "--workers", "2", "--instance-id", "edge", "--log-level", "warning"],
         stdout=subprocess.PIPE, text=True,
     )
@@ -35,9 +35,9 @@ def test_workers_share_ports_and_write_one_dataset(tmp_path, read):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
-    table = read(out)
+    table = read_table(data_dir)
     assert set(table["span_id"].to_pylist()) == sent and table.num_rows == len(sent)
-    instances = {p.name.split("-")[0] for p in (out / "spans").glob("**/*.parquet")}  # edge, edge_w1
-    wal_dirs = sorted(p.name for p in (out / ".collector-wal").iterdir() if p.is_dir())
+    instances = {p.name.split("-")[0] for p in (data_dir / "spans").glob("**/*.parquet")}  # edge, edge_w1
+    wal_dirs = sorted(p.name for p in (data_dir / ".collector-wal").iterdir() if p.is_dir())
     assert wal_dirs == ["worker-0", "worker-1"]
     assert instances == {"edge", "edge_w1"}, "both workers received spans and name their files apart"

@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from tracerl.instrumentation import settings as S
 from tracerl_testing.scripted_server import ScriptedServer, running_scripted_server
+from tracerl_testing.tables import span_rows
 from tracerl.instrumentation.setup import install_hooks
 
 
@@ -62,23 +63,6 @@ def spans(_memory_exporter: InMemorySpanExporter) -> InMemorySpanExporter:
     trace.get_tracer_provider().force_flush()  # earlier tests' spans still being finished
     _memory_exporter.clear()
     return _memory_exporter
-
-
-def read_spans(data_dir: Path) -> list[dict]:
-    """Rows of the spans table under ``data_dir``, in start order."""
-    files = list((Path(data_dir) / "spans").glob("**/*.parquet"))
-    if not files:
-        return []
-    rel = duckdb.sql(
-        f"select * from read_parquet('{Path(data_dir) / 'spans'}/**/*.parquet') order by start_time_unix_nano"
-    )
-    return [dict(zip(rel.columns, row)) for row in rel.fetchall()]
-
-
-@pytest.fixture()
-def parquet_spans():
-    """``read(data_dir)``: rows of the spans table written under ``data_dir``."""
-    return read_spans
 
 
 class Captured:
@@ -128,7 +112,7 @@ class Captured:
         return done
 
     def rows(self) -> list[dict]:
-        return read_spans(self.data_dir)
+        return span_rows(self.data_dir)
 
     def dataset(self, episode_id: str, reward: float = 1.0) -> list[dict]:
         """Grade the episode late (a rewards row, as an external grader would) and build
@@ -156,15 +140,3 @@ class Captured:
 @pytest.fixture()
 def captured(tmp_path: Path, server: ScriptedServer) -> Captured:
     return Captured(tmp_path, server.base_url)
-
-
-@pytest.fixture()
-def collector(tmp_path: Path):
-    """A real `tracerl collector` (OTLP/HTTP) on loopback, writing under tmp_path/collected."""
-    from tracerl.collector.server import CollectorServer, Endpoints
-    from tracerl.collector.service import CollectorConfig
-
-    out = tmp_path / "collected"
-    server = CollectorServer(CollectorConfig(out=str(out), flush_interval_s=0.2), Endpoints(http_port=0, grpc_port=None))
-    with server:
-        yield server

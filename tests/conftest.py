@@ -1,0 +1,57 @@
+"""Fixtures every test area uses: a data dir, a real collector on loopback, the spans it holds.
+
+The equipment itself (readers of the written tables, load generators, scripted servers)
+lives in ``tracerl_testing`` (folder ``testing/``), importable by tests and benchmarks alike;
+the fixtures here only give it a test's lifetime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tracerl.collector.server import CollectorServer, Endpoints
+from tracerl.collector.service import CollectorConfig
+from tracerl_testing.tables import span_rows
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """Where the test's spans, logs and rewards go (``tmp_path/data``, not created)."""
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def start_collector(data_dir: Path) -> Iterator[Callable[..., CollectorServer]]:
+    """``start_collector(**CollectorConfig fields, tls=(cert, key), grpc=True)``: a real
+    collector on 127.0.0.1 (ephemeral ports) writing to ``data_dir`` unless ``out`` is
+    given; every one started is stopped (and its rows committed) after the test."""
+    servers: list[CollectorServer] = []
+
+    def start(*, tls: tuple[Path, Path] | None = None, grpc: bool = True, **config: Any) -> CollectorServer:
+        config.setdefault("out", str(data_dir))
+        cert, key = tls or (None, None)
+        endpoints = Endpoints(http_port=0, grpc_port=0 if grpc else None, tls_cert=cert, tls_key=key)
+        server = CollectorServer(CollectorConfig(**config), endpoints)
+        servers.append(server.start())
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def collector(tmp_path: Path, start_collector: Callable[..., CollectorServer]) -> CollectorServer:
+    """A collector (OTLP/HTTP only) writing under ``tmp_path/collected``, apart from what the
+    test's own processes write to ``data_dir``; it commits every 0.2 s."""
+    return start_collector(out=str(tmp_path / "collected"), flush_interval_s=0.2, grpc=False)
+
+
+@pytest.fixture
+def parquet_spans() -> Callable[[Path], list[dict[str, Any]]]:
+    """``parquet_spans(data_dir)``: rows of the spans table written there, in start order."""
+    return span_rows
