@@ -1,16 +1,16 @@
 """``build_dataset``: spans -> episodes -> rewards -> credit -> ``OUT/transitions-*.parquet`` + manifest.
 
-The heavy lifting happens in DuckDB over the Parquet files (out of core, both cores);
+The heavy lifting happens in DuckDB over the Parquet files (out of core, every core);
 credit assignment runs in Polars on the light per-call table; token arrays are read
 only once, when the rows are written. :func:`analyze` runs every stage but the write
-and returns the counts, which is what ``pipeline doctor`` explains.
+and returns the counts, which is what ``pipeline doctor`` explains. The stages, and the
+tables through which they pass their work on, are described in ``pipeline/README.md``;
+the output folder's layout in :mod:`tracerl.pipeline.dataset_folder`.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import tempfile
 import time
 from collections import Counter
@@ -21,22 +21,19 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 import tracerl
-from tracerl.pipeline import air, credit, episodes, normalize, rewards, selection, source
+from tracerl.pipeline import air, credit, dataset_folder, episodes, normalize, rewards, selection, source
 from tracerl.pipeline.counts import stage_counts, warnings
 from tracerl.pipeline.options import EXPORTS, BuildOptions
-from tracerl.pipeline.sql_text import sql_list
 from tracerl.pipeline.writer import dataset_tables, write_dataset
-from tracerl.schemas import DATASET_SCHEMA, DATASET_SCHEMA_VERSION, SPANS_SCHEMA_VERSION
-from tracerl.storage import write_parquet_atomic
+from tracerl.schemas import DATASET_SCHEMA_VERSION, SPANS_SCHEMA_VERSION
+from tracerl.schemas import attributes as A
 
 # what a readable footer over unreadable data raises, from DuckDB (often its base Error) or pyarrow;
 # mistakes in SQL are not input errors and are not caught
 _READ_ERRORS = (duckdb.Error, pa.ArrowException, OSError)
 _SQL_MISTAKES = (duckdb.BinderException, duckdb.CatalogException, duckdb.ParserException)
-STATE_DIR = "state"  # OUT/state/episodes-*.parquet: episodes already turned into transitions
 
 
 Progress = Callable[[str, int | None], None]  # (stage description, total rows or None)
@@ -77,17 +74,6 @@ class Analysis:
         }
 
 
-def _processed_view(con: duckdb.DuckDBPyConnection, out: Path | None, incremental: bool) -> int:
-    files = source.parquet_files(out / STATE_DIR) if (incremental and out and (out / STATE_DIR).is_dir()) else []
-    if files:
-        con.execute(
-            f"CREATE OR REPLACE VIEW processed AS SELECT DISTINCT episode_id FROM read_parquet({sql_list([str(f) for f in files])})"
-        )
-    else:
-        con.execute("CREATE OR REPLACE VIEW processed AS SELECT NULL::VARCHAR AS episode_id WHERE false")
-    return con.execute("SELECT count(*) FROM processed").fetchall()[0][0]
-
-
 def analyze(
     spans: str | os.PathLike, options: BuildOptions, *, out: Path | None = None,
     progress: Progress = _noop, temp_dir: str | None = None,
@@ -100,7 +86,7 @@ def analyze(
     for file in options.rewards:
         source.check_rewards_file(con, file)
     source.register_late_rewards(con, files.reward_files + list(options.rewards))
-    previously = _processed_view(con, out, options.incremental)
+    previously = dataset_folder.register_processed(con, out, options.incremental)
     progress("normalising spans", None)
     normalize.build_span_meta(con)
     normalize.build_spans_view(con)
@@ -118,15 +104,6 @@ def analyze(
     return Analysis(con=con, files=files, options=options, rules=rules, counts=counts)
 
 
-def _clear_previous(out: Path, previous: set[Path]) -> None:
-    """A full (non-incremental) build replaces the dataset it found in ``out`` (once the new one is written)."""
-    for old in previous:
-        old.unlink()
-    for sub in (STATE_DIR, *EXPORTS):
-        if (out / sub).is_dir():
-            shutil.rmtree(out / sub)
-
-
 def build_dataset(
     spans: str | os.PathLike, out: str | os.PathLike, *, progress: Progress | None = None,
     on_rows: Callable[[int], None] | None = None, **options: Any,
@@ -142,7 +119,7 @@ def build_dataset(
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
     progress = progress or _noop
-    previous = set(out_dir.glob("transitions-*.parquet"))
+    previous = set(dataset_folder.transition_files(out_dir))
     with tempfile.TemporaryDirectory(prefix=".duckdb-", dir=out_dir) as tmp:
         try:
             analysis = analyze(spans, opts, out=out_dir, progress=progress, temp_dir=tmp)
@@ -157,14 +134,11 @@ def build_dataset(
             if isinstance(exc, _SQL_MISTAKES):
                 raise
             # a file whose footer is fine but whose data is not: keep the previous dataset intact
-            for partial in set(out_dir.glob("transitions-*.parquet")) - previous:
+            for partial in set(dataset_folder.transition_files(out_dir)) - previous:
                 partial.unlink()
             raise source.PipelineInputError(f"reading the span files failed ({exc}); {out_dir} was left as it was") from exc
         if not opts.incremental:
-            _clear_previous(out_dir, previous)
-        episodes_done = con.sql("SELECT DISTINCT episode_id FROM chosen ORDER BY 1").to_arrow_table()
-        if episodes_done.num_rows:
-            write_parquet_atomic(episodes_done, out_dir / STATE_DIR, prefix="episodes")
+            dataset_folder.clear_previous(out_dir, previous)
         clock = con.execute("SELECT max(end_ns) FROM span_meta").fetchall()[0][0]
         con.close()
     exported = {}
@@ -182,7 +156,7 @@ def build_dataset(
     counts["rows_written"] = rows
     manifest = {
         "tracerl_version": tracerl.__version__,
-        "schema_version": DATASET_SCHEMA_VERSION,
+        A.DATASET_MANIFEST_SCHEMA_VERSION: DATASET_SCHEMA_VERSION,
         "spans_schema_version": SPANS_SCHEMA_VERSION,
         "created_unix": round(started, 3),
         "seconds": round(time.time() - started, 3),
@@ -191,26 +165,13 @@ def build_dataset(
         "watermark": {
             "data_clock_unix_nano": clock,
             "episode_timeout_s": opts.episode_timeout_s,
-            "episodes_processed": counts["episodes"]["already_processed"] + episodes_done.num_rows,
-            "state": STATE_DIR,
+            # the episodes in the dataset's files, which incremental builds skip
+            "episodes_processed": counts["episodes"]["already_processed"] + dataset_folder.episode_count(paths),
         },
         "counts": counts,
         "outputs": {"files": [os.path.basename(p) for p in paths], "exports": exported},
     }
     manifest["warnings"] = warnings(manifest["inputs"], counts)
-    text = json.dumps(manifest, indent=2)
-    (out_dir / "manifest.json").write_text(text + "\n")
-    return json.loads(text)  # exactly what a reader of the file sees (tuples become lists)
-
-
-def read_manifest(out: str | os.PathLike) -> dict[str, Any]:
-    return json.loads((Path(out) / "manifest.json").read_text())
-
-
-def dataset_table(out: str | os.PathLike) -> pa.Table:
-    """All transitions of a dataset folder in (episode, step) order (for tests and small tools)."""
-    files = sorted(Path(out).glob("transitions-*.parquet"))
-    if not files:
-        return DATASET_SCHEMA.empty_table()
-    table = pa.concat_tables(pq.read_table(f) for f in files)
-    return table.sort_by([("episode_id", "ascending"), ("step", "ascending")])
+    manifest = dataset_folder.write_manifest(out_dir, manifest)
+    dataset_folder.migrate(out_dir)
+    return manifest

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from tracerl.pipeline.dataset_folder import MANIFEST
 from tracerl.pipeline.options import ADVANTAGES, CREDITS, EXPORTS, BuildOptions
 from tracerl.pipeline.source import PipelineInputError
 
@@ -90,7 +91,7 @@ def build_dataset_cmd(
     episode_timeout: TimeoutOpt = DEFAULTS.episode_timeout_s,
     trajectory: Annotated[bool, typer.Option(help="Merge calls whose prompt extends the previous prompt + response.")] = DEFAULTS.trajectory,
     incremental: Annotated[bool, typer.Option(help="Only episodes not yet in OUT; append new files.")] = DEFAULTS.incremental,
-    export: Annotated[Optional[list[str]], typer.Option(help=f"Also write {' and/or '.join(EXPORTS)} (repeatable).")] = None,
+    export: Annotated[Optional[list[str]], typer.Option(help=f"Also write {' and/or '.join(EXPORTS)} beside OUT, as OUT-{EXPORTS[0]}/... (repeatable).")] = None,
     threads: Annotated[Optional[int], typer.Option(help="DuckDB threads (default: all cores).")] = DEFAULTS.threads,
     memory_limit: Annotated[str, typer.Option(help="DuckDB memory limit; beyond it DuckDB spills to disk.")] = DEFAULTS.memory_limit,
 ) -> None:
@@ -122,7 +123,7 @@ def build_dataset_cmd(
         console.print(f"[yellow]note:[/yellow] {note}")
     console.print(
         f"{counts['rows_written']} transition(s) from {counts['episodes']['emitted']} episode(s) "
-        f"-> {out} ({manifest['seconds']:.1f} s); manifest: {out / 'manifest.json'}"
+        f"-> {out} ({manifest['seconds']:.1f} s); manifest: {out / MANIFEST}"
     )
     if not counts["rows_written"] and not incremental:
         console.print("[red]the dataset is empty[/red]: run `tracerl pipeline doctor --spans ...` for the reasons")

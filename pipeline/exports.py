@@ -1,11 +1,14 @@
-"""Exports of a built dataset for other trainers, in subfolders of the dataset folder.
+"""Exports of a built dataset for other trainers, in folders beside the dataset folder ``OUT``.
 
-- ``openrlhf/``: ``transitions.jsonl`` and ``transitions.parquet`` with OpenRLHF's
+They sit beside it, not in it, because they hold Parquet files too: inside, a glob over
+the dataset (``OUT/**/*.parquet``) would read their rows as transitions.
+
+- ``OUT-openrlhf/``: ``transitions.jsonl`` and ``transitions.parquet`` with OpenRLHF's
   default keys (``input`` chat messages, ``output`` text, ``label`` the return) plus the
   token-level fields (ids, log-probs, mask) and ``advantage`` for pre-computed rollouts.
-- ``hf/``: a Hugging Face ``datasets`` folder: ``data/{split}-*.parquet`` with the full
+- ``OUT-hf/``: a Hugging Face ``datasets`` folder: ``data/{split}-*.parquet`` with the full
   dataset rows and a README whose ``configs`` maps files to splits, so
-  ``datasets.load_dataset(str(out / "hf"))`` works offline.
+  ``datasets.load_dataset("OUT-hf")`` works offline.
 
 Both are written file by file from ``transitions-*.parquet``, so memory holds one file.
 """
@@ -20,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tracerl.pipeline.dataset_folder import export_folder, transition_files
 from tracerl.pipeline.messages import chat_messages
 
 _TOKEN_FIELDS = ("prompt_token_ids", "response_token_ids", "response_logprobs", "response_mask")
@@ -50,7 +54,7 @@ def _write_openrlhf(files: list[Path], folder: Path) -> dict:
             rows += table.num_rows
     if writer is not None:
         writer.close()
-    return {"folder": "openrlhf", "rows": rows, "files": ["transitions.jsonl", "transitions.parquet"] if rows else []}
+    return {"rows": rows, "files": ["transitions.jsonl", "transitions.parquet"] if rows else []}
 
 
 def _write_hf(files: list[Path], folder: Path) -> dict:
@@ -69,16 +73,19 @@ def _write_hf(files: list[Path], folder: Path) -> dict:
         "---\nconfigs:\n- config_name: default\n  data_files:\n" + configs + "\n---\n\n"
         "Transitions built by `tracerl pipeline build-dataset` (one row per policy LLM call).\n"
     )
-    return {"folder": "hf", "rows_by_split": counts}
+    return {"rows_by_split": counts}
+
+
+_WRITERS = {"openrlhf": _write_openrlhf, "hf": _write_hf}  # one per name of options.EXPORTS
 
 
 def export(out: Path, kinds: tuple[str, ...]) -> dict:
-    """Write the requested exports of the dataset in ``out``; return what was written."""
-    files = sorted(out.glob("transitions-*.parquet"))
+    """Write the requested exports of the dataset in ``out`` beside it; return what was written, by kind."""
+    files = transition_files(out)
     done = {}
     for kind in kinds:
-        folder = out / kind
+        folder = export_folder(out, kind)
         if folder.exists():
             shutil.rmtree(folder)
-        done[kind] = {"openrlhf": _write_openrlhf, "hf": _write_hf}[kind](files, folder)
+        done[kind] = {"folder": folder.name, **_WRITERS[kind](files, folder)}
     return done

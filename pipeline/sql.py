@@ -21,6 +21,7 @@ from pathlib import Path
 import duckdb
 
 from tracerl.pipeline.build import analyze
+from tracerl.pipeline.dataset_folder import transition_files
 from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.pipeline.sql_text import empty_select, sql_list
@@ -58,9 +59,9 @@ def open_views(data: str | os.PathLike, dataset: str | os.PathLike | None = None
     analysis = analyze(data, options or BuildOptions())
     con = analysis.con
     folder = Path(dataset) if dataset else Path(data) / "dataset"
-    files = sorted(str(f) for f in folder.glob("transitions-*.parquet")) if folder.is_dir() else []
+    files = [str(f) for f in transition_files(folder)]
     if dataset and not files:
-        raise PipelineInputError(f"no transitions-*.parquet in {folder}: build a dataset there first")
+        raise PipelineInputError(f"no {A.DATASET_FILES_GLOB} in {folder}: build a dataset there first")
     if files:
         con.execute(f"CREATE OR REPLACE VIEW transitions AS SELECT * FROM read_parquet({sql_list(files)})")
     else:  # the dataset's columns; token arrays and messages are read from the span files only by a build

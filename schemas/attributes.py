@@ -73,6 +73,13 @@ SCHEMA_VERSION_METADATA_KEY = "tracerl.schema_version"  # the table's schema ver
 # these calls as skipped instead of guessing tokens).
 TOKEN_IDS_MISSING = "tracerl.llm.token_ids_missing"
 
+# The dataset folder `pipeline build-dataset` writes and the trainer reads (pipeline/README.md).
+# Only the transitions are Parquet and visible: the manifest is a dot-file, which pyarrow.dataset,
+# pandas and Hugging Face `datasets` skip when they read the folder.
+DATASET_FILES_GLOB = "transitions-*.parquet"
+DATASET_MANIFEST_FILE = ".manifest.json"
+DATASET_MANIFEST_SCHEMA_VERSION = "schema_version"  # key of the manifest: the rows' DATASET_SCHEMA_VERSION
+
 # OpenTelemetry general semantic conventions
 SERVICE_NAME = "service.name"  # resource attribute
 EVENT_NAME = "event.name"  # log record attribute, the older place of LogRecord.event_name

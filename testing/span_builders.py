@@ -81,6 +81,18 @@ def tool_span(episode: str, span_id: str, start: int, end: int, tool: str = "cal
     return span(episode, span_id, f"execute_tool {tool}", start, end, status=status, attrs=attrs, **kw)
 
 
+def chat_episode(episode: str, task: str = "t", reward: float = 1.0) -> list[dict]:
+    """A finished, rewarded chat episode of three calls: call 2's prompt is call 1's prompt + response +
+    a tool's output [9, 9] (trajectory mode merges them); call 3 starts afresh."""
+    return [
+        episode_span(episode, 0, 1000, task=task),
+        llm_call(episode, "c1", 10, 20, [1, 2], [3, 4], logprobs=[-0.1, -0.2]),
+        llm_call(episode, "c2", 30, 40, [1, 2, 3, 4, 9, 9], [5], logprobs=[-0.3]),
+        llm_call(episode, "c3", 50, 60, [7], [8], logprobs=[-0.4]),
+        reward_span(episode, "r", 70, reward),
+    ]
+
+
 def write_spans(folder: Path, rows: list[dict]) -> Path:
     """Write rows as one span file of a data dir ``folder`` (``folder/spans/...``); return ``folder``."""
     write_parquet_atomic(spans_table(rows), folder / "spans", prefix="spans", partition="date=2026-01-01/hour=00")

@@ -7,7 +7,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from tracerl.pipeline import PipelineInputError, build_dataset, dataset_table
+from tracerl.pipeline import PipelineInputError, build_dataset, dataset_table, read_manifest
 from tracerl.schemas import DATASET_SCHEMA
 from tracerl_testing.span_builders import episode_span, llm_call, reward_span, tool_span, write_spans
 
@@ -42,8 +42,7 @@ def test_identical_credit_and_grpo_per_task(data_dir, tmp_path):
     # files are what the trainer globs, with the dataset schema
     files = sorted((tmp_path / "out").glob("transitions-*.parquet"))
     assert files and pq.read_schema(files[0]).equals(DATASET_SCHEMA)
-    on_disk = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert on_disk == manifest
+    assert read_manifest(tmp_path / "out") == manifest
     assert manifest["counts"]["transitions"] == 6 and manifest["counts"]["episodes"]["emitted"] == 3
     assert manifest["schema_version"] == 1 and manifest["parameters"]["credit"] == "identical"
     assert manifest["watermark"]["episodes_processed"] == 3
@@ -88,7 +87,7 @@ def test_episode_without_reward_and_calls_without_token_ids_are_skipped_and_coun
 def test_missing_spans_folder_is_a_clear_error(tmp_path):
     with pytest.raises(PipelineInputError, match="does not exist"):
         build_dataset(tmp_path / "nowhere", tmp_path / "out")
-    assert not (tmp_path / "out" / "manifest.json").exists()
+    assert not list((tmp_path / "out").iterdir())
 
 
 def test_empty_spans_folder_gives_an_empty_dataset_and_says_why(tmp_path):

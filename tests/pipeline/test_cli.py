@@ -29,7 +29,7 @@ def test_build_dataset_command_writes_transitions_and_manifest(data_dir, tmp_pat
     result = CliRunner().invoke(app, ["pipeline", "build-dataset", "--spans", str(data_dir), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "2 transition(s) from 2 episode(s)" in result.output
-    assert json.loads((out / "manifest.json").read_text())["counts"]["rows_written"] == 2
+    assert read_manifest(out)["counts"]["rows_written"] == 2
 
 
 def test_the_command_line_defaults_are_build_options_defaults(data_dir, tmp_path):

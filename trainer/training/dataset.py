@@ -1,7 +1,7 @@
 """The transitions dataset, read for training: one :class:`Sample` per usable row.
 
 ``pipeline build-dataset`` writes a folder of ``transitions-*.parquet`` (rows of
-``schemas.dataset.DATASET_SCHEMA``) and a ``manifest.json`` that records, among the
+``schemas.dataset.DATASET_SCHEMA``) and a ``.manifest.json`` that records, among the
 build's inputs and counts, the schema version of those rows. The version is checked
 before anything is read: a dataset of another version may hold columns of the same
 name with another meaning, and training on it would go wrong without an error.
@@ -21,12 +21,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tracerl.schemas import attributes as A
 from tracerl.schemas.dataset import DATASET_SCHEMA, DATASET_SCHEMA_VERSION
 
 # The folder's layout, as tracerl.pipeline.build writes it.
-MANIFEST_FILE = "manifest.json"
-MANIFEST_SCHEMA_VERSION = "schema_version"
-TRANSITIONS_GLOB = "transitions-*.parquet"
+MANIFEST_FILE = A.DATASET_MANIFEST_FILE
+MANIFEST_SCHEMA_VERSION = A.DATASET_MANIFEST_SCHEMA_VERSION
+TRANSITIONS_GLOB = A.DATASET_FILES_GLOB
 
 
 class DatasetError(ValueError):

@@ -74,7 +74,7 @@ def test_transitions_without_a_manifest_are_refused(dataset, tmp_path):
     bare.mkdir()
     for path in transition_files(dataset):
         shutil.copy(path, bare)
-    with pytest.raises(DatasetVersionError, match=f"{bare} has no manifest.json.*build-dataset"):
+    with pytest.raises(DatasetVersionError, match=f"{bare} has no {MANIFEST_FILE}.*build-dataset"):
         read_dataset(bare)
 
 
