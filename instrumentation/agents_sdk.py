@@ -31,19 +31,19 @@ def _describe(data: Any) -> tuple[str, dict[str, Any]]:
     kind = getattr(data, "type", "custom")
     name = getattr(data, "name", None)
     if kind == "agent":
-        attrs: dict[str, Any] = {A.GEN_AI_OPERATION: "invoke_agent", A.GEN_AI_AGENT_NAME: name}
+        attrs: dict[str, Any] = {A.GEN_AI_OPERATION: A.GEN_AI_INVOKE_AGENT, A.GEN_AI_AGENT_NAME: name}
         if getattr(data, "tools", None):
-            attrs["openai_agents.tools"] = list(data.tools)
+            attrs[A.OPENAI_AGENTS_TOOLS] = list(data.tools)
         if getattr(data, "handoffs", None):
-            attrs["openai_agents.handoffs"] = list(data.handoffs)
-        return f"invoke_agent {name}", attrs
+            attrs[A.OPENAI_AGENTS_HANDOFFS] = list(data.handoffs)
+        return f"{A.GEN_AI_INVOKE_AGENT} {name}", attrs
     if kind == "function":
-        return f"execute_tool {name}", {A.GEN_AI_OPERATION: "execute_tool", "gen_ai.tool.name": name}
+        return f"{A.GEN_AI_EXECUTE_TOOL} {name}", {A.GEN_AI_OPERATION: A.GEN_AI_EXECUTE_TOOL, A.GEN_AI_TOOL_NAME: name}
     if kind == "handoff":
-        attrs = {"openai_agents.handoff.from": data.from_agent or "", "openai_agents.handoff.to": data.to_agent or ""}
+        attrs = {A.OPENAI_AGENTS_HANDOFF_FROM: data.from_agent or "", A.OPENAI_AGENTS_HANDOFF_TO: data.to_agent or ""}
         return f"handoff {data.from_agent} -> {data.to_agent}", attrs
     if kind == "guardrail":
-        return f"guardrail {name}", {"openai_agents.guardrail.triggered": bool(data.triggered)}
+        return f"guardrail {name}", {A.OPENAI_AGENTS_GUARDRAIL_TRIGGERED: bool(data.triggered)}
     return f"{kind} {name}" if name else str(kind), {}
 
 
@@ -51,13 +51,13 @@ def _finish_attributes(data: Any) -> dict[str, Any]:
     kind = getattr(data, "type", None)
     if kind == "function":
         return {
-            "gen_ai.tool.call.arguments": str(data.input or ""),
-            "gen_ai.tool.call.result": str(data.output if data.output is not None else ""),
+            A.GEN_AI_TOOL_CALL_ARGUMENTS_ATTRIBUTE: str(data.input or ""),
+            A.GEN_AI_TOOL_CALL_RESULT: str(data.output if data.output is not None else ""),
         }
     if kind == "agent" and getattr(data, "output_type", None):
-        return {"openai_agents.output_type": str(data.output_type)}
+        return {A.OPENAI_AGENTS_OUTPUT_TYPE: str(data.output_type)}
     if kind == "custom" and getattr(data, "data", None):
-        return {"openai_agents.data": json.dumps(data.data, default=str)}
+        return {A.OPENAI_AGENTS_DATA: json.dumps(data.data, default=str)}
     return {}
 
 
@@ -93,7 +93,7 @@ class OTelTraceProcessor(TracingProcessor):
             span.end()
 
     def on_trace_start(self, trace: Trace) -> None:
-        self._start(trace.trace_id, f"workflow {trace.name}", {"openai_agents.trace_id": trace.trace_id})
+        self._start(trace.trace_id, f"workflow {trace.name}", {A.OPENAI_AGENTS_TRACE_ID: trace.trace_id})
 
     def on_trace_end(self, trace: Trace) -> None:
         self._end(trace.trace_id, {})

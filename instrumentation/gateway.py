@@ -31,6 +31,7 @@ from tracerl.instrumentation.answer_split import split_answer
 from tracerl.instrumentation.answer_stream import SSERewriter, StreamTokens
 from tracerl.instrumentation.request_plan import Plan, endpoint_kind, plan_request
 from tracerl.instrumentation.token_attributes import record
+from tracerl.schemas import attributes as A
 from tracerl.instrumentation.settings import settings
 
 # Hop-by-hop and body-framing headers: recomputed on each side, never copied.
@@ -120,7 +121,7 @@ class Gateway:
         if upstream.status_code >= 400:
             data = await upstream.aread()
             await upstream.aclose()
-            span.set_attribute("http.response.status_code", upstream.status_code)
+            span.set_attribute(A.HTTP_RESPONSE_STATUS_CODE, upstream.status_code)
             span.set_status(Status(StatusCode.ERROR, data[:200].decode("utf-8", "replace")))
             span.end()
             return Response(data, status_code=upstream.status_code, headers=headers)

@@ -15,16 +15,17 @@ from tracerl.instrumentation.answer_stream import StreamTokens
 from tracerl.schemas import attributes as A
 
 _REQUEST_PARAMS = {
-    "temperature": "gen_ai.request.temperature",
-    "top_p": "gen_ai.request.top_p",
-    "max_tokens": "gen_ai.request.max_tokens",
-    "max_completion_tokens": "gen_ai.request.max_tokens",
-    "seed": "gen_ai.request.seed",
+    "temperature": A.GEN_AI_REQUEST_TEMPERATURE,
+    "top_p": A.GEN_AI_REQUEST_TOP_P,
+    "max_tokens": A.GEN_AI_REQUEST_MAX_TOKENS,
+    "max_completion_tokens": A.GEN_AI_REQUEST_MAX_TOKENS,
+    "seed": A.GEN_AI_REQUEST_SEED,
 }
 
 
 def operation(kind: str) -> str:
-    return "chat" if kind == "chat" else "text_completion"
+    """The GenAI operation name of a ``chat`` or ``completions`` call."""
+    return A.GEN_AI_CHAT if kind == "chat" else A.GEN_AI_TEXT_COMPLETION
 
 
 def _json(value: Any) -> str:
@@ -35,7 +36,7 @@ def request_attributes(kind: str, body: dict, content: bool) -> dict[str, Any]:
     attributes: dict[str, Any] = {
         A.GEN_AI_OPERATION: operation(kind),
         A.GEN_AI_SYSTEM: "openai",
-        "gen_ai.is_streaming": bool(body.get("stream")),
+        A.GEN_AI_IS_STREAMING: bool(body.get("stream")),
     }
     if body.get("model") is not None:
         attributes[A.GEN_AI_REQUEST_MODEL] = str(body["model"])
@@ -47,7 +48,7 @@ def request_attributes(kind: str, body: dict, content: bool) -> dict[str, Any]:
         messages = body.get("messages") if kind == "chat" else [{"role": "user", "content": body.get("prompt")}]
         attributes[A.GEN_AI_INPUT_MESSAGES] = _json(messages)
         if body.get("tools"):
-            attributes["gen_ai.tool.definitions"] = _json(body["tools"])
+            attributes[A.GEN_AI_TOOL_DEFINITIONS] = _json(body["tools"])
     return attributes
 
 
@@ -60,12 +61,12 @@ def response_attributes(kind: str, answer: dict, content: bool) -> dict[str, Any
     choices = answer.get("choices") or []
     reasons = [str(c["finish_reason"]) for c in choices if c.get("finish_reason")]
     if reasons:
-        attributes["gen_ai.response.finish_reasons"] = reasons
+        attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] = reasons
     usage = answer.get("usage") or {}
     if isinstance(usage.get("prompt_tokens"), int):
-        attributes["gen_ai.usage.input_tokens"] = usage["prompt_tokens"]
+        attributes[A.GEN_AI_USAGE_INPUT_TOKENS] = usage["prompt_tokens"]
     if isinstance(usage.get("completion_tokens"), int):
-        attributes["gen_ai.usage.output_tokens"] = usage["completion_tokens"]
+        attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] = usage["completion_tokens"]
     if content:
         if kind == "chat":
             outputs = [c.get("message") for c in choices]

@@ -15,21 +15,28 @@ import re
 from collections.abc import Callable
 
 from tracerl.instrumentation.settings import Settings, SettingsError
+from tracerl.schemas import attributes as A
 
-# Attribute keys (prefixes) that carry prompts, completions or tool payloads.
+# Attribute keys (prefixes) that carry prompts, completions or tool payloads, in every
+# convention the pipeline reads.
 CONTENT_PREFIXES = (
-    "gen_ai.prompt",
-    "gen_ai.completion",
-    "gen_ai.input.messages",
-    "gen_ai.output.messages",
-    "gen_ai.system_instructions",
-    "gen_ai.tool.call.arguments",
-    "gen_ai.tool.call.result",
-    "llm.prompts",
-    "llm.completions",
-    "traceloop.entity.input",
-    "traceloop.entity.output",
-    "tracerl.content.",
+    A.GEN_AI_INPUT_MESSAGES,
+    A.GEN_AI_OUTPUT_MESSAGES,
+    A.GEN_AI_SYSTEM_INSTRUCTIONS,
+    A.GEN_AI_TOOL_DEFINITIONS,
+    A.GEN_AI_TOOL_CALL_ARGUMENTS_ATTRIBUTE,
+    A.GEN_AI_TOOL_CALL_RESULT,
+    A.OPENLLMETRY_PROMPTS,
+    A.OPENLLMETRY_COMPLETIONS,
+    A.OPENLLMETRY_LEGACY_PROMPTS,
+    A.OPENLLMETRY_LEGACY_COMPLETIONS,
+    A.TRACELOOP_ENTITY_INPUT,
+    A.TRACELOOP_ENTITY_OUTPUT,
+    A.OPENINFERENCE_INPUT_MESSAGES,
+    A.OPENINFERENCE_OUTPUT_MESSAGES,
+    A.OPENINFERENCE_INPUT_VALUE,
+    A.OPENINFERENCE_OUTPUT_VALUE,
+    A.CONTENT_PREFIX,
 )
 # Keys that name credentials: never recorded, whatever the value.
 _SECRET_KEY = re.compile(r"(authorization|api[-_.]?key|x-api-key|cookie|secret|password|bearer)", re.I)

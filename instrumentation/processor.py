@@ -35,8 +35,8 @@ def add_agent_name_resolver(resolver: AgentNameResolver) -> None:
         _agent_name_resolvers.append(resolver)
 
 
-_LLM_OPERATIONS = frozenset({"chat", "text_completion", "completion", "generate_content"})
-_REQUEST_TYPE_KEYS = ("llm.request.type", "gen_ai.request.type")  # OpenLLMetry, agentops (older layouts)
+_LLM_OPERATIONS = frozenset(A.LLM_OPERATIONS)
+_REQUEST_TYPE_KEYS = (A.OPENLLMETRY_REQUEST_TYPE, A.AGENTOPS_REQUEST_TYPE)  # older layouts
 # LLM-call spans in flight, by span id: stacked instrumentations (OpenLLMetry inside
 # agentops, say) each open one for the same call, and each must get its tokens.
 _llm_spans: weakref.WeakValueDictionary[int, Span] = weakref.WeakValueDictionary()

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tracerl.schemas import attributes as A
+
 CHAT_PATH = "/chat/completions"
 COMPLETIONS_PATH = "/completions"
 
@@ -44,8 +46,8 @@ def plan_request(kind: str, body: Mapping[str, Any], ask: bool, reason: str | No
     if not ask:
         return Plan(kind, False, False, False, stream, reason), None
     new = dict(body)
-    strip_ids = not body.get("return_token_ids")
-    new["return_token_ids"] = True
+    strip_ids = not body.get(A.VLLM_RETURN_TOKEN_IDS_FIELD)
+    new[A.VLLM_RETURN_TOKEN_IDS_FIELD] = True
     if kind == "chat":
         strip_logprobs = not body.get("logprobs")
         new["logprobs"] = True

@@ -29,9 +29,6 @@ from tracerl.schemas import attributes as A
 
 logger = logging.getLogger(__name__)
 
-_TRACELOOP_CONTENT_ENV = "TRACELOOP_TRACE_CONTENT"
-
-
 _hooked_providers: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
 
 
@@ -39,8 +36,8 @@ def install_hooks(provider: Any) -> None:
     """Add tracerl's processor and hooks to ``provider`` (idempotent)."""
     current = settings()
     # OpenLLMetry reads its own switch; keep it in line with tracerl's.
-    if os.environ.get(CAPTURE_CONTENT_ENV) and _TRACELOOP_CONTENT_ENV not in os.environ:
-        os.environ[_TRACELOOP_CONTENT_ENV] = "true" if current.capture_content else "false"
+    if os.environ.get(CAPTURE_CONTENT_ENV) and A.TRACELOOP_TRACE_CONTENT_ENV not in os.environ:
+        os.environ[A.TRACELOOP_TRACE_CONTENT_ENV] = "true" if current.capture_content else "false"
     if isinstance(provider, TracerProvider):
         if provider not in _hooked_providers:
             _add_first(provider, TracerlSpanProcessor(current))

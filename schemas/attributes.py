@@ -23,6 +23,7 @@ REWARD_VALUE = "tracerl.reward.value"
 REWARD_NAME = "tracerl.reward.name"
 
 EPISODE_SPAN_NAME = "tracerl.episode"
+CONTENT_PREFIX = "tracerl.content."  # tracerl attributes under it carry content (policed like messages)
 
 # OpenTelemetry GenAI semantic conventions (gen_ai.*)
 GEN_AI_SYSTEM = "gen_ai.system"
@@ -41,6 +42,24 @@ GEN_AI_TOOL_CALL_PART = "tool_call"  # the type of a part that is a tool call
 GEN_AI_TOOL_CALL_ARGUMENTS = "arguments"  # field of a tool_call part (a JSON string)
 GEN_AI_TOOL_NAME = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
+GEN_AI_TOOL_CALL_ARGUMENTS_ATTRIBUTE = "gen_ai.tool.call.arguments"  # of an execute_tool span (not a part's field)
+GEN_AI_TOOL_DEFINITIONS = "gen_ai.tool.definitions"
+GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+GEN_AI_REQUEST_TEMPERATURE = "gen_ai.request.temperature"
+GEN_AI_REQUEST_TOP_P = "gen_ai.request.top_p"
+GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+GEN_AI_REQUEST_SEED = "gen_ai.request.seed"
+GEN_AI_IS_STREAMING = "gen_ai.is_streaming"  # not (yet) in the conventions; what tracerl's LLM spans record
+GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+# GEN_AI_OPERATION values
+GEN_AI_CHAT = "chat"
+GEN_AI_TEXT_COMPLETION = "text_completion"
+GEN_AI_INVOKE_AGENT = "invoke_agent"
+GEN_AI_EXECUTE_TOOL = "execute_tool"
+# the operations (GEN_AI_OPERATION, OPENLLMETRY_REQUEST_TYPE, AGENTOPS_REQUEST_TYPE) of an LLM call
+LLM_OPERATIONS = (GEN_AI_CHAT, "completion", GEN_AI_TEXT_COMPLETION, "generate_content")
 
 # Episode-level attributes travel as W3C baggage so that every span of an episode,
 # in any process, carries them (see tracerl.instrumentation).
@@ -50,7 +69,9 @@ BAGGAGE_KEYS = (EPISODE_ID, TASK_ID, SPLIT, AGENT_NAME)
 # spans table and are not repeated in its lossless attribute JSON.
 TOKEN_ATTRIBUTES = (PROMPT_TOKEN_IDS, COMPLETION_TOKEN_IDS, COMPLETION_LOGPROBS)
 
-# Response fields of vLLM (and of tracerl's own server) that carry exact tokens.
+# Response fields of vLLM (and of tracerl's own server) that carry exact tokens, and the
+# request field that asks for them.
+VLLM_RETURN_TOKEN_IDS_FIELD = "return_token_ids"  # request: true adds the two fields below
 VLLM_PROMPT_TOKEN_IDS_FIELD = "prompt_token_ids"  # top level of a response
 VLLM_CHOICE_TOKEN_IDS_FIELD = "token_ids"  # on each choice
 POLICY_VERSION_FIELD = "policy_version"  # tracerl server: top level of a response
@@ -84,6 +105,7 @@ DATASET_MANIFEST_SCHEMA_VERSION = "schema_version"  # key of the manifest: the r
 SERVICE_NAME = "service.name"  # resource attribute
 EVENT_NAME = "event.name"  # log record attribute, the older place of LogRecord.event_name
 ERROR_TYPE = "error.type"
+HTTP_RESPONSE_STATUS_CODE = "http.response.status_code"
 DB_SYSTEM = "db.system"
 DB_SYSTEM_NAME = "db.system.name"  # successor of db.system
 
@@ -97,7 +119,11 @@ OPENLLMETRY_TOOL_CALL_NAME = "name"
 OPENLLMETRY_TOOL_CALL_ARGUMENTS = "arguments"
 OPENLLMETRY_REQUEST_TYPE = "llm.request.type"  # chat, completion, embedding...
 TRACELOOP_SPAN_KIND = "traceloop.span.kind"  # workflow, task, agent, tool
+TRACELOOP_ENTITY_INPUT = "traceloop.entity.input"
 TRACELOOP_ENTITY_OUTPUT = "traceloop.entity.output"
+OPENLLMETRY_LEGACY_PROMPTS = "llm.prompts"  # older layouts' prompt and completion content
+OPENLLMETRY_LEGACY_COMPLETIONS = "llm.completions"
+TRACELOOP_TRACE_CONTENT_ENV = "TRACELOOP_TRACE_CONTENT"  # OpenLLMetry's content switch (environment)
 
 # OpenInference (Arize): messages flattened one attribute per field under a "message." level,
 # OPENINFERENCE_INPUT_MESSAGES.{i}.message.role,
@@ -110,6 +136,7 @@ OPENINFERENCE_MESSAGE_TOOL_CALLS = "tool_calls"  # under OPENINFERENCE_MESSAGE
 OPENINFERENCE_TOOL_CALL_ID = "tool_call.id"  # under a flattened tool call
 OPENINFERENCE_TOOL_CALL_NAME = "tool_call.function.name"
 OPENINFERENCE_TOOL_CALL_ARGUMENTS = "tool_call.function.arguments"
+OPENINFERENCE_INPUT_VALUE = "input.value"
 OPENINFERENCE_OUTPUT_VALUE = "output.value"
 
 # agentops
@@ -120,3 +147,14 @@ AGENTOPS_REQUEST_TYPE = "gen_ai.request.type"  # agentops' older layout of OPENL
 # rollout and attempt it started
 AGENTLIGHTNING_ROLLOUT_ID = "agentlightning.rollout_id"
 AGENTLIGHTNING_ATTEMPT_ID = "agentlightning.attempt_id"
+
+# OpenAI Agents SDK: its span data, as tracerl's trace processor names it on OTel spans
+# (instrumentation/agents_sdk.py)
+OPENAI_AGENTS_TRACE_ID = "openai_agents.trace_id"
+OPENAI_AGENTS_TOOLS = "openai_agents.tools"
+OPENAI_AGENTS_HANDOFFS = "openai_agents.handoffs"
+OPENAI_AGENTS_HANDOFF_FROM = "openai_agents.handoff.from"
+OPENAI_AGENTS_HANDOFF_TO = "openai_agents.handoff.to"
+OPENAI_AGENTS_GUARDRAIL_TRIGGERED = "openai_agents.guardrail.triggered"
+OPENAI_AGENTS_OUTPUT_TYPE = "openai_agents.output_type"
+OPENAI_AGENTS_DATA = "openai_agents.data"

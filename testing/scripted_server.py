@@ -162,7 +162,7 @@ class ScriptedServer:
         return {"content": content}
 
     def _whole(self, body, chat, call_id, reply, out_text, prompt_ids, ids, lps) -> dict:
-        want_ids = bool(body.get("return_token_ids"))
+        want_ids = bool(body.get(A.VLLM_RETURN_TOKEN_IDS_FIELD))
         finish = "tool_calls" if reply.tool_name and chat else "stop"
         if chat:
             message: dict[str, Any] = {"role": "assistant", "content": None if reply.tool_name else out_text}
@@ -177,7 +177,7 @@ class ScriptedServer:
                 tokens = [bytes([t]).decode("latin-1") if t != EOS_ID else "" for t in ids]
                 choice["logprobs"] = {"tokens": tokens, "token_logprobs": lps, "top_logprobs": None, "text_offset": []}
         if want_ids:
-            choice["token_ids"] = ids
+            choice[A.VLLM_CHOICE_TOKEN_IDS_FIELD] = ids
         out = {
             "id": call_id,
             "object": "chat.completion" if chat else "text_completion",
@@ -185,23 +185,23 @@ class ScriptedServer:
             "model": body.get("model", "scripted"),
             "choices": [choice],
             "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids), "total_tokens": len(prompt_ids) + len(ids)},
-            "policy_version": POLICY_VERSION,
+            A.POLICY_VERSION_FIELD: POLICY_VERSION,
         }
         if want_ids:
-            out["prompt_token_ids"] = prompt_ids
+            out[A.VLLM_PROMPT_TOKEN_IDS_FIELD] = prompt_ids
         return out
 
     async def _chunks(self, body, chat, call_id, reply, out_text, prompt_ids, ids, lps):
-        want_ids = bool(body.get("return_token_ids"))
+        want_ids = bool(body.get(A.VLLM_RETURN_TOKEN_IDS_FIELD))
         base = {"id": call_id, "object": "chat.completion.chunk" if chat else "text_completion",
-                "created": int(time.time()), "model": body.get("model", "scripted"), "policy_version": POLICY_VERSION}
+                "created": int(time.time()), "model": body.get("model", "scripted"), A.POLICY_VERSION_FIELD: POLICY_VERSION}
 
         def event(choice: dict, **extra: Any) -> bytes:
             return f"data: {json.dumps({**base, **extra, 'choices': [choice]})}\n\n".encode()
 
         first: dict[str, Any] = {}
         if want_ids:
-            first["prompt_token_ids"] = prompt_ids
+            first[A.VLLM_PROMPT_TOKEN_IDS_FIELD] = prompt_ids
         if chat:
             yield event({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}, **first)
             first = {}
@@ -225,7 +225,7 @@ class ScriptedServer:
                 if body.get("logprobs") is not None:
                     choice["logprobs"] = {"tokens": [], "token_logprobs": lps[start:end], "top_logprobs": None, "text_offset": []}
             if want_ids:
-                choice["token_ids"] = piece_ids
+                choice[A.VLLM_CHOICE_TOKEN_IDS_FIELD] = piece_ids
             if end == len(ids):
                 choice["finish_reason"] = "tool_calls" if reply.tool_name and chat else "stop"
             yield event(choice, **first)

@@ -22,7 +22,7 @@ def test_every_span_inside_an_episode_carries_its_attributes(spans):
     tracer.start_span("after").end()
 
     got = by_name(spans)
-    for name in ("tracerl.episode", "step", "tool"):
+    for name in (A.EPISODE_SPAN_NAME, "step", "tool"):
         attrs = got[name].attributes
         assert (attrs[A.EPISODE_ID], attrs[A.TASK_ID], attrs[A.SPLIT]) == (ep.episode_id, "t-1", "train"), name
     assert A.EPISODE_ID not in got["after"].attributes

@@ -24,9 +24,9 @@ from tracerl.schemas import attributes as A
 ATTRIBUTES = {
     A.GEN_AI_OPERATION: "chat",
     A.GEN_AI_REQUEST_MODEL: "m",
-    "gen_ai.response.finish_reasons": ["tool_calls"],
-    "gen_ai.usage.input_tokens": 12,
-    "gen_ai.request.temperature": 0.5,
+    A.GEN_AI_RESPONSE_FINISH_REASONS: ["tool_calls"],
+    A.GEN_AI_USAGE_INPUT_TOKENS: 12,
+    A.GEN_AI_REQUEST_TEMPERATURE: 0.5,
     A.GEN_AI_INPUT_MESSAGES: '[{"role":"user","content":"my key is sk-abcdefghijklmnopqrstuvwx"}]',
     "http.request.header.authorization": "Bearer abc",  # never recorded
     A.PROMPT_TOKEN_IDS: "tokpack:i4:AQAAAAIAAAA=",

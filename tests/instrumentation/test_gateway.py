@@ -51,10 +51,10 @@ def test_a_call_is_recorded_with_exact_tokens_and_answered_as_upstream_would(spa
 
     assert proxied.status_code == 200
     assert without_volatile(proxied.json()) == without_volatile(direct.json())
-    assert proxied.headers["x-tracerl-policy-version"] == "7"
+    assert proxied.headers[A.POLICY_VERSION_HEADER] == "7"
     span = llm_span(spans)
     truth = server.calls[0]
-    assert truth.request["return_token_ids"] is True
+    assert truth.request[A.VLLM_RETURN_TOKEN_IDS_FIELD] is True
     assert decode(span.attributes[A.PROMPT_TOKEN_IDS]) == truth.prompt_token_ids
     assert decode(span.attributes[A.COMPLETION_TOKEN_IDS]) == truth.token_ids
     assert span.attributes[A.EPISODE_ID] == ep.episode_id and span.attributes[A.TASK_ID] == "gw-1"

@@ -36,7 +36,7 @@ def test_chat_with_tool_call_records_exact_tokens_and_hides_the_extras(spans, se
     assert reply.choices[0].logprobs is None  # the agent did not ask for log-probs
     assert "prompt_token_ids" not in reply.model_extra and "token_ids" not in (reply.choices[0].model_extra or {})
     (call,) = server.calls
-    assert call.request["return_token_ids"] is True and call.request["logprobs"] is True
+    assert call.request[A.VLLM_RETURN_TOKEN_IDS_FIELD] is True and call.request["logprobs"] is True
     (span,) = llm_spans(spans)
     assert_tokens_match(span, call)
 
@@ -108,7 +108,7 @@ def test_a_call_without_token_ids_is_marked_and_counted(spans, server, stats, mo
     finally:
         monkeypatch.delenv("TRACERL_TOKEN_CAPTURE")
         S.settings.cache_clear()
-    assert "return_token_ids" not in server.calls[0].request
+    assert A.VLLM_RETURN_TOKEN_IDS_FIELD not in server.calls[0].request
     (span,) = llm_spans(spans)
     assert A.PROMPT_TOKEN_IDS not in span.attributes
     assert "TRACERL_TOKEN_CAPTURE=off" in span.attributes[A.TOKEN_IDS_MISSING]
@@ -186,5 +186,5 @@ def test_suppressed_instrumentation_records_and_asks_nothing(spans, server):
     client = openai.OpenAI(base_url=server.base_url, api_key="sk-x")
     with suppress_instrumentation():
         client.chat.completions.create(model="m", messages=MESSAGES)
-    assert "return_token_ids" not in server.calls[0].request and llm_spans(spans) == []
+    assert A.VLLM_RETURN_TOKEN_IDS_FIELD not in server.calls[0].request and llm_spans(spans) == []
 

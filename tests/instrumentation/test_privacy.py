@@ -9,6 +9,7 @@ import pytest
 
 from tracerl.instrumentation.privacy import TRUNCATED_MARK, ContentPolicy
 from tracerl.instrumentation.settings import Settings, SettingsError
+from tracerl.schemas import attributes as A
 
 API_KEY = "sk-test-SECRETKEY0123456789abcdef"  # the key the conftest gives every agent
 
@@ -48,7 +49,7 @@ def test_content_capture_can_be_switched_off(captured):
     assert done.returncode == 0, done.stderr
     (call,) = captured.llm_calls()
     assert call["completion_token_ids"] and call["prompt_token_ids"]
-    assert "bob@example.com" not in call["attributes"] and "gen_ai.input.messages" not in call["attributes"]
+    assert "bob@example.com" not in call["attributes"] and A.GEN_AI_INPUT_MESSAGES not in call["attributes"]
 
 
 def settings_with(**changes) -> Settings:
@@ -70,13 +71,31 @@ def test_the_policy_holds_for_set_attributes_too():
     provider.add_span_processor(TracerlSpanProcessor(settings_with(max_content_chars=40)))
     provider.add_span_processor(SimpleSpanProcessor(memory))
     with provider.get_tracer("t").start_as_current_span("chat m") as span:
-        span.set_attributes({"gen_ai.output.messages": "the key is sk-live-ABCDEFGHIJKLMNOPQRSTUV " + "y" * 100,
-                             "http.request.header.authorization": "Bearer abc", "gen_ai.usage.output_tokens": 3})
+        span.set_attributes({A.GEN_AI_OUTPUT_MESSAGES: "the key is sk-live-ABCDEFGHIJKLMNOPQRSTUV " + "y" * 100,
+                             "http.request.header.authorization": "Bearer abc", A.GEN_AI_USAGE_OUTPUT_TOKENS: 3})
     (finished,) = memory.get_finished_spans()
-    text = finished.attributes["gen_ai.output.messages"]
+    text = finished.attributes[A.GEN_AI_OUTPUT_MESSAGES]
     assert "sk-live" not in text and "[REDACTED]" in text and text.endswith(TRUNCATED_MARK)
     assert "http.request.header.authorization" not in finished.attributes
-    assert finished.attributes["gen_ai.usage.output_tokens"] == 3
+    assert finished.attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] == 3
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        A.GEN_AI_INPUT_MESSAGES,
+        A.GEN_AI_TOOL_CALL_ARGUMENTS_ATTRIBUTE,
+        f"{A.OPENLLMETRY_PROMPTS}.0.content",
+        A.TRACELOOP_ENTITY_INPUT,
+        f"{A.OPENINFERENCE_INPUT_MESSAGES}.0.message.content",
+        A.OPENINFERENCE_OUTPUT_VALUE,
+        f"{A.CONTENT_PREFIX}note",
+    ],
+)
+def test_content_of_every_convention_is_kept_out_when_content_is_off(key):
+    policy = ContentPolicy(settings_with(capture_content=False))
+    assert policy.clean(key, "what the user said") is None
+    assert policy.clean(A.GEN_AI_USAGE_INPUT_TOKENS, 3) == 3 and policy.clean(A.GEN_AI_REQUEST_MODEL, "m") == "m"
 
 
 def test_a_bad_redaction_hook_is_named_in_the_error():

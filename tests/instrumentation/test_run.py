@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tracerl.schemas import attributes as A
+
 AGENT = """
 import os, openai
 client = openai.OpenAI(base_url=os.environ["BASE_URL"])
@@ -62,12 +64,12 @@ def test_tracerls_own_llm_spans_describe_the_call(captured, server):
     first, second = captured.llm_calls()
     assert (first["name"], first["scope_name"], first["kind"]) == ("chat m", "tracerl", "CLIENT")
     attrs = json.loads(first["attributes"])
-    assert attrs["gen_ai.response.finish_reasons"] == ["tool_calls"]
-    assert json.loads(attrs["gen_ai.input.messages"]) == [{"role": "user", "content": "2+2?"}]
-    assert json.loads(attrs["gen_ai.output.messages"])[0]["tool_calls"][0]["function"]["name"] == "calc"
-    assert json.loads(attrs["gen_ai.tool.definitions"])[0]["function"]["name"] == "calc"
-    assert attrs["gen_ai.usage.output_tokens"] == len(server.calls[0].token_ids)
-    assert json.loads(json.loads(second["attributes"])["gen_ai.input.messages"])[-1]["role"] == "tool"
+    assert attrs[A.GEN_AI_RESPONSE_FINISH_REASONS] == ["tool_calls"]
+    assert json.loads(attrs[A.GEN_AI_INPUT_MESSAGES]) == [{"role": "user", "content": "2+2?"}]
+    assert json.loads(attrs[A.GEN_AI_OUTPUT_MESSAGES])[0]["tool_calls"][0]["function"]["name"] == "calc"
+    assert json.loads(attrs[A.GEN_AI_TOOL_DEFINITIONS])[0]["function"]["name"] == "calc"
+    assert attrs[A.GEN_AI_USAGE_OUTPUT_TOKENS] == len(server.calls[0].token_ids)
+    assert json.loads(json.loads(second["attributes"])[A.GEN_AI_INPUT_MESSAGES])[-1]["role"] == "tool"
     assert second["response_id"].startswith("chatcmpl-")
 
 
