@@ -22,9 +22,10 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 import tracerl
+from tracerl.schemas import attributes as A
 from tracerl.trainer.demo.task import Task, UnknownToolError, first_messages, reward, run_tool, second_messages
 
-tracer = trace.get_tracer("tracerl.demo_agent")
+tracer = trace.get_tracer("tracerl.trainer.demo.agent")
 
 
 def run_episode(client: OpenAI, model: str, task: Task, temperature: float, seed: int) -> float:
@@ -34,8 +35,8 @@ def run_episode(client: OpenAI, model: str, task: Task, temperature: float, seed
         )
         tool_choice = first.choices[0].message.content or ""
         with tracer.start_as_current_span("execute_tool calculator") as span:
-            span.set_attribute("gen_ai.operation.name", "execute_tool")
-            span.set_attribute("gen_ai.tool.name", tool_choice.strip())
+            span.set_attribute(A.GEN_AI_OPERATION, A.GEN_AI_EXECUTE_TOOL)
+            span.set_attribute(A.GEN_AI_TOOL_NAME, tool_choice.strip())
             try:
                 tool_result = run_tool(tool_choice, task)
             except UnknownToolError as exc:
