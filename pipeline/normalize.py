@@ -39,10 +39,6 @@ EXTRACTED = {
 _REWARD_KEYS = (A.REWARD_VALUE, A.REWARD_NAME)
 _MESSAGE_KEYS = tuple(key for layout in CONTENT_LAYOUTS if not layout.flattened for key in (layout.input, layout.output))
 
-# LLM-call operations of the GenAI conventions (OpenLLMetry's llm.request.type uses the first two)
-LLM_OPERATIONS = ("chat", "completion", "text_completion", "generate_content")
-
-
 def _content_layout_sql(at: dict[str, str]) -> str:
     """CASE naming the first layout of CONTENT_LAYOUTS a span's attributes use (``at``: key -> extracted value)."""
     whens = []
@@ -116,7 +112,7 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
                 PARTITION BY trace_id, span_id ORDER BY has_tokens DESC, end_ns DESC, file_index, file_row) = 1
             """
         )
-    ops = ", ".join(sql_str(o) for o in LLM_OPERATIONS)
+    ops = ", ".join(sql_str(o) for o in A.LLM_OPERATIONS)
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE span_meta AS
@@ -130,15 +126,15 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
                s.name NOT IN ('{A.REWARD_SPAN_NAME}', '{A.EPISODE_SPAN_NAME}') AND (
                    s.has_tokens
                    OR s.gen_ai_operation IN ({ops})
-                   OR s.llm_request_type IN ('chat', 'completion')
-                   OR s.gen_ai_request_type IN ('chat', 'completion')
+                   OR s.llm_request_type IN ({ops})
+                   OR s.gen_ai_request_type IN ({ops})
                    OR upper(s.openinference_kind) = 'LLM'
                    OR lower(s.agentops_kind) = 'llm'
                    OR ((s.gen_ai_system IS NOT NULL OR s.gen_ai_provider IS NOT NULL)
                        AND s.gen_ai_operation IS NULL AND s.llm_request_type IS NULL AND s.gen_ai_request_type IS NULL
                        AND s.openinference_kind IS NULL AND s.traceloop_kind IS NULL)
                ) AS is_llm,
-               (s.gen_ai_operation = 'execute_tool' OR upper(s.openinference_kind) = 'TOOL'
+               (s.gen_ai_operation = '{A.GEN_AI_EXECUTE_TOOL}' OR upper(s.openinference_kind) = 'TOOL'
                 OR lower(s.traceloop_kind) = 'tool' OR lower(s.agentops_kind) = 'tool'
                 OR s.tool_name IS NOT NULL) AS is_tool
         FROM span_meta_raw s LEFT JOIN trace_episode t USING (trace_id)

@@ -46,7 +46,7 @@ def llm_call(episode: str, span_id: str, start: int, end: int, prompt: list[int]
              logprobs: list[float] | None = None, agent: str | None = None, version: int | None = 1,
              response_id: str | None = None, extra: dict | None = None, **kw) -> dict:
     attrs = {
-        A.GEN_AI_SYSTEM: "openai", A.GEN_AI_OPERATION: "chat",
+        A.GEN_AI_SYSTEM: "openai", A.GEN_AI_OPERATION: A.GEN_AI_CHAT,
         A.PROMPT_TOKEN_IDS: prompt, A.COMPLETION_TOKEN_IDS: completion,
         A.COMPLETION_LOGPROBS: logprobs if logprobs is not None else [-0.5] * len(completion or []),
         A.GEN_AI_INPUT_MESSAGES: '[{"role":"user","parts":[{"type":"text","content":"q"}]}]',
@@ -75,7 +75,7 @@ def reward_span(episode: str, span_id: str, at: int, value: float, name: str | N
 
 def tool_span(episode: str, span_id: str, start: int, end: int, tool: str = "calculator", *,
               status: str = "OK", result: str | None = None, **kw) -> dict:
-    attrs = {A.GEN_AI_OPERATION: "execute_tool", A.GEN_AI_TOOL_NAME: tool}
+    attrs = {A.GEN_AI_OPERATION: A.GEN_AI_EXECUTE_TOOL, A.GEN_AI_TOOL_NAME: tool}
     if result is not None:
         attrs[A.GEN_AI_TOOL_CALL_RESULT] = result
     return span(episode, span_id, f"execute_tool {tool}", start, end, status=status, attrs=attrs, **kw)
