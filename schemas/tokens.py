@@ -98,4 +98,6 @@ def decode_array(value: object, dtype: str) -> np.ndarray | None:
         raise TokenEncodingError(f"expected a flat array of {'integers' if want.kind == 'i' else 'numbers'}")
     if want.kind == "i" and (array.min() < np.iinfo(want).min or array.max() > np.iinfo(want).max):
         raise TokenEncodingError("token id out of int32 range")
+    if want.kind == "f" and np.any(np.isfinite(array) & (np.abs(array) > np.finfo(want).max)):
+        raise TokenEncodingError("log-prob out of float32 range")  # would be stored as infinity
     return array.astype(want, copy=False)

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from tracerl.schemas.tokens import TokenEncodingError, decode, pack_floats, pack_ids
+from tracerl.schemas.tokens import TokenEncodingError, decode, decode_array, pack_floats, pack_ids
 
 
 def test_packed_ids_round_trip_exactly():
@@ -26,3 +26,18 @@ def test_plain_arrays_pass_through():
 def test_corrupt_values_raise_a_named_error(bad):
     with pytest.raises(TokenEncodingError):
         decode(bad)
+
+
+def test_the_strict_decoder_keeps_what_the_columns_hold_and_names_what_they_cannot():
+    assert decode_array([1, 2**31 - 1], "i4").tolist() == [1, 2**31 - 1]
+    assert decode_array([-0.5, -math.inf], "f4").tolist() == [-0.5, -math.inf]
+    for value, dtype, says in [
+        ([2**31], "i4", "out of int32 range"),
+        ([1.0], "i4", "integers"),
+        (["1"], "i4", "integers"),
+        ([[1], [2]], "i4", "flat array"),
+        ([-1e300], "f4", "out of float32 range"),
+        (pack_ids([1]), "f4", "expected a packed 'f4' array"),
+    ]:
+        with pytest.raises(TokenEncodingError, match=says):
+            decode_array(value, dtype)
