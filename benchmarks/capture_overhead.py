@@ -1,6 +1,7 @@
-"""Capture overhead per LLM call: no instrumentation vs OpenLLMetry alone vs tracerl.
+"""Capture overhead per LLM call: no instrumentation, OpenLLMetry alone, tracerl without
+token capture, tracerl.
 
-One run measures all three side by side against the same local vLLM-like server that
+One run measures all four side by side against the same local vLLM-like server that
 takes 10 ms per call, each configuration in its own fresh process (instrumentation is
 process-global). Inside a process every captured call is paired with an uncaptured one
 made right next to it under OTel's ``suppress_instrumentation()``, which both tracerl and
@@ -23,9 +24,14 @@ machine (other processes, CPU frequency, caches) largely cancels. Figures per ca
   log-probs makes the server return more, which is the server's cost, not the client's.
 
 "OpenLLMetry alone" exports to the same Parquet sink as tracerl, so the difference
-between them is exactly what each does per call. "no instrumentation" runs the same
-pairs with nothing installed: its figures are the noise floor of the method. Rounds
-alternate the configurations; the median round is reported.
+between them is what each does per call; each row says what its spans record. OpenLLMetry
+and tracerl without token capture (``TRACERL_TOKEN_CAPTURE=off``) record the same GenAI
+attributes (request, messages, tool definitions, response, usage): that pair is the
+like-for-like comparison. tracerl with token capture records more (the exact prompt and
+completion token ids and log-probs, which it asks the server for and cuts out of the
+answer), so its ratio to OpenLLMetry is the price of that, not of the same work.
+"no instrumentation" runs the same pairs with nothing installed: its figures are the noise
+floor of the method. Rounds alternate the configurations; the median round is reported.
 
     python benchmarks/capture_overhead.py            # defaults: 400 calls x 5 rounds
     python benchmarks/capture_overhead.py --calls 200 --rounds 3
@@ -44,7 +50,20 @@ import sys
 import tempfile
 import time
 
-CONFIGS = ("none", "openllmetry", "tracerl")
+CONFIGS = ("none", "openllmetry", "tracerl-no-tokens", "tracerl")
+# What each configuration's LLM-call spans record (the run prints the attribute keys they hold).
+NAMES = {
+    "none": "no instrumentation (noise floor)",
+    "openllmetry": "OpenLLMetry alone",
+    "tracerl-no-tokens": "tracerl, token capture off",
+    "tracerl": "tracerl",
+}
+RECORDS = {
+    "none": "nothing",
+    "openllmetry": "GenAI: request, messages, tools, response, usage",
+    "tracerl-no-tokens": "the same GenAI attributes (+ policy version)",
+    "tracerl": "the same + exact token ids and log-probs",
+}
 PROMPT = "You are a careful assistant. " * 40 + "What is 6*7? Use the calculator tool if needed."
 TOOLS = [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}}}}]
 
@@ -64,17 +83,22 @@ def child(config: str, url: str, calls: int, warmup: int) -> None:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        from tracerl.instrumentation.parquet_exporter import ParquetSpanExporter
+        from tracerl.instrumentation.parquet_exporter import CommitOnFlush, ParquetSpanExporter
         from tracerl.instrumentation.settings import PARQUET_HANDOVER_MS
 
         provider = TracerProvider()
-        # the same hand-over as tracerl's own Parquet pipeline, so the two differ only by their hooks
+        # the same hand-over as tracerl's own Parquet pipeline, so the two differ only by their hooks;
+        # CommitOnFlush as tracerl has it, so the final flush writes the last file in both (timed)
         provider.add_span_processor(BatchSpanProcessor(ParquetSpanExporter(data_dir), schedule_delay_millis=PARQUET_HANDOVER_MS))
+        provider.add_span_processor(CommitOnFlush())
         trace.set_tracer_provider(provider)
         OpenAIInstrumentor().instrument()
-    elif config == "tracerl":
+    elif config.startswith("tracerl"):
         import tracerl
+        from tracerl.instrumentation.settings import TOKEN_CAPTURE_ENV
 
+        if config == "tracerl-no-tokens":
+            os.environ[TOKEN_CAPTURE_ENV] = "off"
         provider = tracerl.instrument(data_dir=data_dir)
     import openai
 
@@ -131,7 +155,25 @@ def child(config: str, url: str, calls: int, warmup: int) -> None:
         # the mean paired difference plus everything outside the timed calls
         "all_us": (process_ns - 2 * sum(c for _, c, _ in off)) / calls / 1e3,
         "threads_us": {name: ns / calls / 1e3 for name, ns in threads_ns.items() if ns},
+        "recorded": recorded_keys(data_dir) if provider is not None else [],
     }))
+
+
+def recorded_keys(data_dir: str) -> list[str]:
+    """The attribute keys of one LLM-call span this configuration wrote to Parquet (read
+    after the timing): what its row in the table records."""
+    import duckdb
+
+    from tracerl.schemas import attributes as A
+
+    ((attributes, has_ids, has_logprobs),) = duckdb.sql(
+        f"SELECT attributes, prompt_token_ids IS NOT NULL, completion_logprobs IS NOT NULL "
+        f"FROM read_parquet('{data_dir}/spans/**/*.parquet') WHERE request_model IS NOT NULL LIMIT 1"
+    ).fetchall()
+    keys = set(json.loads(attributes))  # token arrays live in their own columns, not in this JSON
+    keys |= {A.PROMPT_TOKEN_IDS, A.COMPLETION_TOKEN_IDS} if has_ids else set()
+    keys |= {A.COMPLETION_LOGPROBS} if has_logprobs else set()
+    return sorted(keys)
 
 
 def thread_cpu_ns() -> dict[str, int]:
@@ -179,6 +221,7 @@ def main() -> None:
     keys = ("path", "background", "total", "wall", "wall_added", "server_added", "call_cpu")
     results: dict[str, dict[str, list[float]]] = {c: {k: [] for k in keys} for c in CONFIGS}
     threads: dict[str, dict[str, list[float]]] = {}
+    recorded: dict[str, list[str]] = {}
     with running_scripted_server(latency_s=args.latency_ms / 1e3) as server, Progress() as progress:
         task = progress.add_task("measuring", total=args.rounds * len(CONFIGS))
         for _ in range(args.rounds):
@@ -192,6 +235,7 @@ def main() -> None:
                 row["wall_added"].append(m["wall_us"] - m["wall_off_us"])
                 row["server_added"].append(m["server_added_us"])
                 row["call_cpu"].append(m["call_cpu_us"])
+                recorded[config] = m["recorded"]
                 for name, us in m["threads_us"].items():
                     threads.setdefault(config, {}).setdefault(name, []).append(us)
                 progress.advance(task)
@@ -204,25 +248,33 @@ def main() -> None:
     call_us = args.latency_ms * 1e3
     table = Table(title=f"Capture cost per LLM call, {args.latency_ms:g} ms server "
                         f"(median of {args.rounds} rounds x {args.calls} paired calls)")
-    columns = ("configuration", "calling-thread CPU/call", "added on the call's path", "added in background threads",
+    columns = ("configuration", "its spans record", "calling-thread CPU/call", "added on the call's path", "added in background threads",
                "added CPU in all", "% of a call", "wall/call", "added wall (median)", "of which the server's")
     for column in columns:
         table.add_column(column, justify="right")
-    names = {"none": "no instrumentation (noise floor)", "openllmetry": "OpenLLMetry alone", "tracerl": "tracerl"}
     for config in CONFIGS:
         r = med[config]
         table.add_row(
-            names[config], f"{r['call_cpu']:.0f} us", f"{r['path']:+.0f} us", f"{r['background']:+.0f} us",
+            NAMES[config], RECORDS[config], f"{r['call_cpu']:.0f} us", f"{r['path']:+.0f} us", f"{r['background']:+.0f} us",
             f"{r['total']:+.0f} us", f"{100 * r['total'] / call_us:.1f} %", f"{r['wall']:.0f} us", f"{r['wall_added']:+.0f} us",
             f"{r['server_added']:+.0f} us",
         )
     Console(width=200).print(table)
     for config, by_name in threads.items():
         parts = ", ".join(f"{name} {statistics.median(v):.0f} us" for name, v in sorted(by_name.items()))
-        print(f"background threads of {names[config]}, CPU per call: {parts}")
-    ours, theirs = med["tracerl"], med["openllmetry"]
-    print(f"tracerl vs OpenLLMetry alone: {ours['path'] / theirs['path']:.2f}x on the call's path, "
-          f"{ours['total'] / theirs['total']:.2f}x in all")
+        print(f"background threads of {NAMES[config]}, CPU per call: {parts}")
+    peer = set(recorded["openllmetry"])
+    print(f"attributes of an LLM-call span, {NAMES['openllmetry']}: {', '.join(sorted(peer))}")
+    for config in ("tracerl-no-tokens", "tracerl"):
+        keys = set(recorded[config])
+        print(f"  {NAMES[config]}: also {', '.join(sorted(keys - peer)) or 'nothing'}; "
+              f"not {', '.join(sorted(peer - keys)) or 'nothing'}")
+    theirs = med["openllmetry"]
+    for config, what in (("tracerl-no-tokens", "like for like, the same GenAI attributes"),
+                         ("tracerl", "tracerl records token ids and log-probs on top")):
+        ours = med[config]
+        print(f"{NAMES[config]} vs OpenLLMetry alone ({what}): {ours['path'] / theirs['path']:.2f}x on the call's path, "
+              f"{ours['total'] / theirs['total']:.2f}x in all")
     print(f"target (issue 3): < 200 us and < 5 % of a {args.latency_ms:g} ms call; load average now "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
