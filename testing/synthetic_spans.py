@@ -1,4 +1,4 @@
-"""Synthetic span sets of any size for the pipeline benchmark, written like an agent run writes them.
+"""Synthetic span sets of any size for the pipeline benchmark (benchmarks/pipeline_build.py), written like an agent run writes them.
 
 Each episode is one multi-step tool-using agent run: an episode span, an agent span,
 ``calls`` chat calls (token ids, log-probs, GenAI message JSON, response id, policy
@@ -9,7 +9,7 @@ trajectory mode can merge them. Episodes of the same task form groups of
 ``span_row`` one span at a time would dominate a million-span set); the layout is
 ``D/spans/date=.../hour=.../spans-*.parquet`` as the exporter writes it.
 
-    python benchmarks/pipeline_synthetic.py --episodes 1000 --out /tmp/spans-1k
+    python -m tracerl_testing.synthetic_spans --episodes 1000 --out /tmp/spans-1k
 """
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ from tracerl.schemas import SPANS_SCHEMA
 from tracerl.schemas import attributes as A
 
 BASE_NS = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z
+
+
+def episode_id(number: int) -> str:
+    """The id of episode ``number``; ids sort in the order of their numbers."""
+    return f"ep-{number:07d}"
 
 
 def _lists(values: np.ndarray, lengths: np.ndarray, type_: pa.DataType) -> pa.Array:
@@ -70,7 +75,7 @@ def generate(episodes: int, *, first: int = 0, calls: int = 4, group_size: int =
     slot = np.tile(np.arange(per_episode), episodes)  # 0 episode, 1 agent, 2.. call/tool alternating, last reward
     numbers = range(first, first + episodes)
     trace = np.array([f"{e + 1:032x}" for e in numbers], dtype=object)
-    episode_ids = np.array([f"ep-{e:07d}" for e in numbers], dtype=object)
+    episode_ids = np.array([episode_id(e) for e in numbers], dtype=object)
     task_ids = np.array([f"task-{e // group_size:06d}" for e in numbers], dtype=object)
     span_ids = np.array([f"{e + first + 1:08x}{s + 1:08x}" for e, s in zip(ep, slot)], dtype=object)
     parent = np.where(slot == 0, None, np.where(slot == 1, np.array([f"{e + first + 1:08x}{1:08x}" for e in ep], dtype=object),
@@ -96,14 +101,14 @@ def generate(episodes: int, *, first: int = 0, calls: int = 4, group_size: int =
         e = ep[i]
         attrs = {A.EPISODE_ID: episode_ids[e], A.TASK_ID: task_ids[e], A.SPLIT: "train"}
         if is_call[i]:
-            attrs |= {A.GEN_AI_SYSTEM: "openai", A.GEN_AI_OPERATION: "chat", A.GEN_AI_REQUEST_MODEL: "policy",
+            attrs |= {A.GEN_AI_SYSTEM: "openai", A.GEN_AI_OPERATION: A.GEN_AI_CHAT, A.GEN_AI_REQUEST_MODEL: "policy",
                       A.GEN_AI_AGENT_NAME: "solver",
                       A.GEN_AI_INPUT_MESSAGES: json.dumps([{"role": "user", "parts": [{"type": "text", "content": f"solve task {task_ids[e]}"}]}]),
                       A.GEN_AI_OUTPUT_MESSAGES: json.dumps([{"role": "assistant", "parts": [{"type": "tool_call", "name": "calculator", "arguments": {"expression": "6*7"}}]}])}
         elif is_tool[i]:
-            attrs |= {A.GEN_AI_OPERATION: "execute_tool", "gen_ai.tool.name": "calculator", "gen_ai.tool.call.result": "42"}
+            attrs |= {A.GEN_AI_OPERATION: A.GEN_AI_EXECUTE_TOOL, A.GEN_AI_TOOL_NAME: "calculator", A.GEN_AI_TOOL_CALL_RESULT: "42"}
         elif slot[i] == 1:
-            attrs |= {A.GEN_AI_OPERATION: "invoke_agent", A.GEN_AI_AGENT_NAME: "solver"}
+            attrs |= {A.GEN_AI_OPERATION: A.GEN_AI_INVOKE_AGENT, A.GEN_AI_AGENT_NAME: "solver"}
         elif is_reward[i]:
             attrs |= {A.REWARD_VALUE: rewards[e], A.REWARD_NAME: "correct"}
         attributes.append(json.dumps(attrs, separators=(",", ":")))
