@@ -40,7 +40,7 @@ def make_spans(n: int, prompt: int, completion: int, packed: bool) -> tuple[list
         ids = [rng.randrange(150_000) for _ in range(prompt)]
         out = [rng.randrange(150_000) for _ in range(completion)]
         lps = [-rng.random() * 3 for _ in range(completion)]
-        with tracer.start_as_current_span("chat m", attributes={A.GEN_AI_OPERATION: "chat"}) as span:
+        with tracer.start_as_current_span("chat m", attributes={A.GEN_AI_OPERATION: A.GEN_AI_CHAT}) as span:
             start = time.perf_counter()
             values = (pack_ids(ids), pack_ids(out), pack_floats(lps)) if packed else (ids, out, lps)
             span.set_attribute(A.PROMPT_TOKEN_IDS, values[0])
