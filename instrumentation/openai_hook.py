@@ -29,10 +29,10 @@ from tracerl.instrumentation import capture_stats, finished_span, llm_span, span
 from tracerl.instrumentation.answer_split import RawTokens, split_answer
 from tracerl.instrumentation.answer_stream import SSERewriter, StreamTokens
 from tracerl.instrumentation.call_tokens import Tokens
-from tracerl.instrumentation.request_plan import endpoint_kind, plan_request
-from tracerl.instrumentation.token_attributes import record, token_attributes
 from tracerl.instrumentation.processor import agent_name, is_llm_span, llm_span_chain
+from tracerl.instrumentation.request_plan import endpoint_kind, plan_request
 from tracerl.instrumentation.settings import settings
+from tracerl.instrumentation.token_attributes import record, token_attributes
 from tracerl.schemas import attributes as A
 
 logger = logging.getLogger(__name__)
