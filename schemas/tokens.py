@@ -100,4 +100,5 @@ def decode_array(value: object, dtype: str) -> np.ndarray | None:
         raise TokenEncodingError("token id out of int32 range")
     if want.kind == "f" and np.any(np.isfinite(array) & (np.abs(array) > np.finfo(want).max)):
         raise TokenEncodingError("log-prob out of float32 range")  # would be stored as infinity
-    return array.astype(want, copy=False)
+    with np.errstate(invalid="ignore"):  # a signalling NaN from the wire becomes a quiet NaN, not a warning
+        return array.astype(want, copy=False)

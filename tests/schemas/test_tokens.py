@@ -1,6 +1,8 @@
 """Token arrays survive both encodings exactly; corrupt ones are named, not guessed."""
 
 import math
+import struct
+import warnings
 
 import pytest
 
@@ -31,6 +33,10 @@ def test_corrupt_values_raise_a_named_error(bad):
 def test_the_strict_decoder_keeps_what_the_columns_hold_and_names_what_they_cannot():
     assert decode_array([1, 2**31 - 1], "i4").tolist() == [1, 2**31 - 1]
     assert decode_array([-0.5, -math.inf], "f4").tolist() == [-0.5, -math.inf]
+    signalling_nan = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000001))[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert math.isnan(decode_array([signalling_nan], "f4")[0])
     for value, dtype, says in [
         ([2**31], "i4", "out of int32 range"),
         ([1.0], "i4", "integers"),
