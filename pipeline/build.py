@@ -78,7 +78,12 @@ def analyze(
     spans: str | os.PathLike, options: BuildOptions, *, out: Path | None = None,
     progress: Progress = _noop, temp_dir: str | None = None,
 ) -> Analysis:
-    """Run normalisation, episodes, rewards, selection and credit; count what happened at each stage."""
+    """Run every stage but the write (1 to 9 of pipeline/README.md) in one DuckDB connection; count what each kept.
+
+    The connection holds the relations of :data:`tracerl.pipeline.tables.RELATIONS` that
+    outlive their stage; ``doctor`` and ``tracerl sql`` read them, ``build_dataset`` writes
+    the ``chosen`` rows.
+    """
     files = source.find_span_files(spans)
     con = connect(options.threads, options.memory_limit, temp_dir)
     progress(f"reading {len(files.files)} span file(s)", None)

@@ -11,6 +11,7 @@ from typing import Any
 import duckdb
 
 from tracerl.pipeline.source import SpanFiles
+from tracerl.schemas import attributes as A
 
 
 def _grouped(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, int]:
@@ -86,12 +87,12 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any]) -> list[str]:
     if inputs["span_files"] and not c["llm_calls"]["total"]:
         notes.append("no LLM calls found: spans need token ids or gen_ai/OpenLLMetry/OpenInference LLM attributes")
     labels = {
-        "no_token_ids": "LLM call(s) without prompt/completion token ids (serve with token ids returned, e.g. vLLM return_token_ids)",
+        "no_token_ids": f"LLM call(s) without prompt/completion token ids (serve with token ids returned, e.g. vLLM {A.VLLM_RETURN_TOKEN_IDS_FIELD})",
         "agent_filter": "LLM call(s) excluded by --agents",
         "policy_version_filter": "LLM call(s) excluded by --policy-versions",
         "split_filter": "LLM call(s) excluded by --split",
         "episode_pending": "LLM call(s) in episodes that have not finished yet (held back until they end or time out)",
-        "episode_no_reward": "LLM call(s) in episodes with no reward (emit tracerl.reward or pass --rewards)",
+        "episode_no_reward": f"LLM call(s) in episodes with no reward (emit {A.REWARD_SPAN_NAME} or pass --rewards)",
         "already_processed": "LLM call(s) in episodes an earlier incremental run already processed",
     }
     for reason, n in c["llm_calls"]["skipped"].items():
@@ -100,7 +101,7 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any]) -> list[str]:
     if r["unmatched_episode"]:
         notes.append(f"{r['unmatched_episode']} reward(s) name an episode, trace or response not found in the spans")
     if r["without_value"]:
-        notes.append(f"{r['without_value']} reward(s) without a numeric tracerl.reward.value")
+        notes.append(f"{r['without_value']} reward(s) without a numeric {A.REWARD_VALUE}")
     if r["ignored_by_weights"]:
         notes.append(f"{r['ignored_by_weights']} reward(s) ignored: their name has no --reward-weight")
     if c["episodes"]["truncated"]:
