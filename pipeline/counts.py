@@ -11,6 +11,7 @@ from typing import Any
 import duckdb
 
 from tracerl.pipeline.source import SpanFiles
+from tracerl.pipeline.sql_text import sql_str
 from tracerl.schemas import attributes as A
 
 
@@ -49,6 +50,13 @@ def stage_counts(con: duckdb.DuckDBPyConnection, files: SpanFiles, previously: i
             "with_policy_calls": one("SELECT count(DISTINCT episode_id) FROM policy_calls"),
             "without_reward": one(
                 "SELECT count(DISTINCT episode_id) FROM policy_calls WHERE episode_id NOT IN (SELECT episode_id FROM rewarded_episodes)"
+            ),
+            # agentlightning's rollouts (ids or spans of its own) whose reward never reached the wire
+            "agentlightning_without_reward": one(
+                f"""SELECT count(DISTINCT p.episode_id) FROM policy_calls p JOIN episodes e USING (episode_id)
+                    WHERE p.episode_id NOT IN (SELECT episode_id FROM rewarded_episodes)
+                      AND (e.rollout_id IS NOT NULL OR p.episode_id IN (
+                          SELECT episode_id FROM span_meta WHERE starts_with(name, {sql_str(A.AGENTLIGHTNING_SPAN_NAME_PREFIX)})))"""
             ),
             "already_processed": previously,
             "emitted": one("SELECT count(DISTINCT episode_id) FROM chosen"),
@@ -98,8 +106,15 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any]) -> list[str]:
     for reason, n in c["llm_calls"]["skipped"].items():
         notes.append(f"{n} {labels.get(reason, reason)}")
     r = c["rewards"]
+    if c["episodes"]["agentlightning_without_reward"]:
+        notes.append(
+            f"{c['episodes']['agentlightning_without_reward']} agentlightning rollout(s) without a reward in the spans: "
+            "a reward the agent returns as its value stays in agentlightning's store; export those rewards as a file "
+            "with rollout_id (and attempt_id) and value columns and pass it with --rewards "
+            "(docs/migrating-from-agentlightning.md)"
+        )
     if r["unmatched_episode"]:
-        notes.append(f"{r['unmatched_episode']} reward(s) name an episode, trace or response not found in the spans")
+        notes.append(f"{r['unmatched_episode']} reward(s) name an episode, trace, response or rollout not found in the spans")
     if r["without_value"]:
         notes.append(f"{r['without_value']} reward(s) without a numeric {A.REWARD_VALUE}")
     if r["ignored_by_weights"]:

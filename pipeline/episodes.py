@@ -1,6 +1,8 @@
 """Episodes: which spans belong together, what task they ran, and whether they are over.
 
-An episode is identified by ``tracerl.episode.id`` (else its trace id). It is
+An episode is identified by ``tracerl.episode.id``, else an agentlightning rollout's
+attempt (``ROLLOUT:ATTEMPT``, :data:`tracerl.pipeline.layouts.EPISODE_LAYOUTS`), else its
+trace id. It is
 *finished* once its ``tracerl.episode`` span, or a root span, has been exported: OTel
 exports a span only when it ends, and those spans end last. An unfinished episode is
 *pending* (held back, the next run picks it up) until nothing has happened in it for
@@ -25,6 +27,7 @@ def build_episodes(con: duckdb.DuckDBPyConnection, timeout_s: float) -> None:
             SELECT episode_id,
                 coalesce(max(task_id) FILTER (WHERE name = '{A.EPISODE_SPAN_NAME}'), max(task_id)) AS task_id,
                 coalesce(max(split) FILTER (WHERE name = '{A.EPISODE_SPAN_NAME}'), max(split)) AS split,
+                max(rollout_id) AS rollout_id, max(attempt_id) AS attempt_id,
                 bool_or(name = '{A.EPISODE_SPAN_NAME}' OR parent_span_id IS NULL) AS finished,
                 min(start_ns) AS start_ns, max(end_ns) AS end_ns,
                 count(*) AS n_spans, count(*) FILTER (WHERE is_llm) AS n_llm_spans

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import duckdb
 
-from tracerl.pipeline.layouts import CONTENT_LAYOUTS, NO_CONTENT
+from tracerl.pipeline.layouts import (
+    AGENT_NAME_SOURCES, CONTENT_LAYOUTS, EPISODE_LAYOUTS, NO_CONTENT, REWARD_LAYOUTS, TOKEN_LAYOUTS, attribute_path,
+)
 from tracerl.pipeline.sql_text import sql_str
 from tracerl.schemas import attributes as A
 
@@ -38,6 +40,13 @@ EXTRACTED = {
 # attributes of JSON content layouts (only tested for presence: text stays in the files)
 _REWARD_KEYS = (A.REWARD_VALUE, A.REWARD_NAME)
 _MESSAGE_KEYS = tuple(key for layout in CONTENT_LAYOUTS if not layout.flattened for key in (layout.input, layout.output))
+# ... and what other conventions than tracerl's own put in the attributes (pipeline/layouts.py)
+_FOREIGN_KEYS = tuple(dict.fromkeys([
+    *(layout.completion_token_ids for layout in TOKEN_LAYOUTS),
+    *(key for layout in EPISODE_LAYOUTS for key in (layout.rollout, layout.attempt)),
+    *(layout.key for layout in REWARD_LAYOUTS if layout.form != "dimensions"),
+    *(source.key for source in AGENT_NAME_SOURCES),
+]))
 
 def _content_layout_sql(at: dict[str, str]) -> str:
     """CASE naming the first layout of CONTENT_LAYOUTS a span's attributes use (``at``: key -> extracted value)."""
@@ -49,6 +58,42 @@ def _content_layout_sql(at: dict[str, str]) -> str:
             test = " OR ".join(f"{at[key]} IS NOT NULL" for key in (layout.input, layout.output))
         whens.append(f"WHEN {test} THEN {sql_str(layout.name)}")
     return f"CASE {' '.join(whens)} ELSE {sql_str(NO_CONTENT)} END"
+
+
+def _foreign_sql(at: dict[str, str]) -> str:
+    """Columns of span_meta_raw read from other conventions' layouts (``at``: key -> extracted value)."""
+    has_tokens = " OR ".join(
+        ["completion_token_ids IS NOT NULL", *(f"{at[layout.completion_token_ids]} IS NOT NULL" for layout in TOKEN_LAYOUTS)]
+    )
+
+    def episode_id(side: str) -> str:  # the span's own attribute wins over its resource's
+        keys = [getattr(layout, side) for layout in EPISODE_LAYOUTS]
+        return "coalesce(" + ", ".join(
+            [f"nullif({at[key]}, '')" for key in keys]
+            + [f"CASE WHEN contains(resource, {sql_str(chr(34) + key + chr(34))}) "
+               f"THEN nullif(json_extract_string(resource, {attribute_path(key)}), '') END" for key in keys]
+        ) + ")"
+
+    names = []
+    for source in AGENT_NAME_SOURCES:
+        value = at[source.key]
+        if source.agentops_kind:
+            value = f"CASE WHEN {at[A.AGENTOPS_SPAN_KIND]} = {sql_str(source.agentops_kind)} THEN {value} END"
+        names.append(value)
+    reward_tests = []
+    for layout in REWARD_LAYOUTS:
+        if layout.form == "dimensions":
+            test = f"contains(attributes, {sql_str(chr(34) + layout.key + '.')})"
+        else:
+            test = f"{at[layout.key]} IS NOT NULL"
+        if layout.span_name:
+            test = f"(name = {sql_str(layout.span_name)} AND {test})"
+        reward_tests.append(test)
+    return (
+        f"{has_tokens} AS has_tokens, {episode_id('rollout')} AS rollout_id, {episode_id('attempt')} AS attempt_id, "
+        f"coalesce(agent_name, {', '.join(names)}) AS agent_name, "
+        f"CASE WHEN {' OR '.join(reward_tests)} THEN attributes END AS reward_attributes"
+    )
 
 
 def _tool_call_arguments_sql() -> str:
@@ -76,7 +121,7 @@ CREATE OR REPLACE MACRO tool_call_arguments(a) AS {_tool_call_arguments_sql()};
 def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
     """Table ``span_meta``: one row per (trace_id, span_id), episode resolved, call/tool flags and content layout set."""
     con.execute(MACROS)
-    keys = [*EXTRACTED.values(), *_REWARD_KEYS, *_MESSAGE_KEYS]
+    keys = list(dict.fromkeys([*EXTRACTED.values(), *_REWARD_KEYS, *_MESSAGE_KEYS, *_FOREIGN_KEYS]))
     paths = "[" + ", ".join(sql_str(f'$."{key}"') for key in keys) + "]"
     at = {key: f"x[{i + 1}]" for i, key in enumerate(keys)}  # DuckDB lists are 1-based
     picked = ", ".join(f"{at[key]} AS {column}" for column, key in EXTRACTED.items())
@@ -85,11 +130,12 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
         CREATE OR REPLACE TEMP TABLE span_meta_raw AS
         SELECT trace_id, span_id, parent_span_id, name, start_time_unix_nano AS start_ns,
                end_time_unix_nano AS end_ns, status_code, status_message,
-               episode_id AS episode_attr, task_id, split, agent_name, policy_version, response_id,
-               request_model,
+               task_id, split, policy_version, response_id, request_model,
                -- only the (short) completion column is tested here: testing the prompt column
                -- would decode every prompt token; a missing prompt is caught when writing
-               completion_token_ids IS NOT NULL AS has_tokens,
+               {_foreign_sql(at)},
+               -- tracerl's episode, else a rollout's attempt (DuckDB reads the aliases just made)
+               coalesce(episode_id, rollout_id || coalesce(':' || attempt_id, '')) AS episode_attr,
                coalesce(reward_value, TRY_CAST({at[A.REWARD_VALUE]} AS DOUBLE)) AS reward_value,
                coalesce(reward_name, {at[A.REWARD_NAME]}) AS reward_name,
                {picked},

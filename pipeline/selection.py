@@ -14,7 +14,7 @@ import re
 
 import duckdb
 
-from tracerl.pipeline.rewards import OUTCOME_SOURCES
+from tracerl.pipeline.rewards import OUTCOME_SOURCES, SECONDARY_SOURCE
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.pipeline.sql_text import sql_str
 
@@ -77,7 +77,8 @@ def attach_rewards(con: duckdb.DuckDBPyConnection, weights: dict[str, float] | N
     """Table ``attached_rewards``: each reward with its weight and the step of the call that receives it.
 
     With ``weights``, outcome rewards whose name is not listed get weight 0 (counted as
-    ignored); intermediate (AIR) rewards keep their rule's value.
+    ignored); intermediate (AIR) rewards keep their rule's value. A secondary dimension of a
+    multi-dimensional reward has weight 0 unless ``weights`` names it.
     """
     con.execute("CREATE OR REPLACE TEMP TABLE reward_weights (name VARCHAR, weight DOUBLE)")
     if weights:
@@ -88,7 +89,8 @@ def attach_rewards(con: duckdb.DuckDBPyConnection, weights: dict[str, float] | N
         f"""
         CREATE OR REPLACE TEMP TABLE attached_rewards AS
         WITH w AS (
-            SELECT r.*, CASE WHEN r.source IN ({outcome}) THEN coalesce(rw.weight, {default_weight}) ELSE 1.0 END AS weight
+            SELECT r.*, CASE WHEN r.source = {sql_str(SECONDARY_SOURCE)} THEN coalesce(rw.weight, 0.0)
+                             WHEN r.source IN ({outcome}) THEN coalesce(rw.weight, {default_weight}) ELSE 1.0 END AS weight
             FROM rewards r LEFT JOIN reward_weights rw USING (name)
             WHERE r.value IS NOT NULL AND r.episode_id IS NOT NULL
         ),

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from tracerl.pipeline.sql_text import empty_select, sql_list, sql_str
 from tracerl.schemas import REWARDS_SCHEMA, SPANS_SCHEMA
+from tracerl.schemas.rewards import REWARD_KEYS
 
 # Without these a span cannot be placed in an episode or in time.
 REQUIRED_SPAN_COLUMNS = ("trace_id", "span_id", "name", "start_time_unix_nano", "end_time_unix_nano")
@@ -125,7 +126,7 @@ def register_raw_spans(con: duckdb.DuckDBPyConnection, files: list[str]) -> None
 
 
 def register_late_rewards(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
-    """View ``late_rewards`` over reward files (Parquet, CSV or JSONL) keyed by episode, trace or response id.
+    """View ``late_rewards`` over reward files (Parquet, CSV or JSONL) keyed by episode, trace, response or rollout id.
 
     A file may lack optional columns (they read as NULL); columns beyond ``REWARDS_SCHEMA`` are ignored.
     """
@@ -160,7 +161,7 @@ def check_rewards_file(con: duckdb.DuckDBPyConnection, file: str) -> None:
         raise PipelineInputError(f"rewards file {file} cannot be read: {exc}") from exc
     if "value" not in names:
         raise PipelineInputError(f"rewards file {file} has no 'value' column (columns: {', '.join(names)})")
-    if not {"episode_id", "trace_id", "response_id"} & set(names):
+    if not set(REWARD_KEYS) & set(names):
         raise PipelineInputError(
-            f"rewards file {file} needs one key column: episode_id, trace_id or response_id (columns: {', '.join(names)})"
+            f"rewards file {file} needs one key column: {', '.join(REWARD_KEYS)} (columns: {', '.join(names)})"
         )

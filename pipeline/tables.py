@@ -44,8 +44,9 @@ _CHOSEN = (
 )
 _SPAN_META = (
     "trace_id", "span_id", "parent_span_id", "name", "start_ns", "end_ns", "status_code", "status_message",
-    "episode_attr", "task_id", "split", "agent_name", "policy_version", "response_id", "request_model", "has_tokens",
-    "reward_value", "reward_name", *EXTRACTED, "content_layout", "reward_events", "file_index", "file_row",
+    "task_id", "split", "policy_version", "response_id", "request_model", "has_tokens", "rollout_id", "attempt_id",
+    "agent_name", "reward_attributes", "episode_attr", "reward_value", "reward_name", *EXTRACTED, "content_layout",
+    "reward_events", "file_index", "file_row",
 )
 
 RELATIONS: tuple[Relation, ...] = (
@@ -55,7 +56,7 @@ RELATIONS: tuple[Relation, ...] = (
              (*SPANS_SCHEMA.names, "file_index", "file_row"),
              "every row of every span file, columns unified to the spans schema; file_index/file_row locate the row"),
     Relation("late_rewards", "view", "source", ("rewards",), tuple(REWARDS_SCHEMA.names),
-             "rewards from files (the data dir's rewards/ and --rewards), keyed by episode, trace or response id"),
+             "rewards from files (the data dir's rewards/ and --rewards), keyed by episode, trace, response or rollout id"),
     Relation("processed", "table", "dataset_folder", ("selection",), ("episode_id",),
              "episodes already in the dataset's transitions (incremental builds skip them; empty otherwise)"),
     Relation("span_meta_raw", "table", "normalize", ("normalize",), _SPAN_META,
@@ -72,9 +73,10 @@ RELATIONS: tuple[Relation, ...] = (
     Relation("inherited_agent", "table", "normalize", ("normalize",), ("trace_id", "span_id", "agent"),
              "the nearest ancestor's agent name of calls that have none", scratch=True),
     Relation("episodes", "table", "episodes", ("rewards", "selection", "counts"),
-             ("episode_id", "task_id", "split", "finished", "start_ns", "end_ns", "n_spans", "n_llm_spans", "pending",
-              "truncated"),
-             "one row per episode: task, split, time bounds, finished / pending / truncated"),
+             ("episode_id", "task_id", "split", "rollout_id", "attempt_id", "finished", "start_ns", "end_ns", "n_spans",
+              "n_llm_spans", "pending", "truncated"),
+             "one row per episode: task, split, agentlightning rollout and attempt ids, time bounds, "
+             "finished / pending / truncated"),
     Relation("air_hits", "table", "air", ("air",),
              ("episode_id", "trace_id", "span_id", "start_time_unix_nano", "end_time_unix_nano", "hits"),
              "spans that match an AIR rule, one boolean per rule (all rules in one scan); air's SELECT of them "

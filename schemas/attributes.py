@@ -142,11 +142,35 @@ OPENINFERENCE_OUTPUT_VALUE = "output.value"
 # agentops
 AGENTOPS_SPAN_KIND = "agentops.span.kind"  # llm, tool, agent...
 AGENTOPS_REQUEST_TYPE = "gen_ai.request.type"  # agentops' older layout of OPENLLMETRY_REQUEST_TYPE
+AGENTOPS_AGENT_KIND = "agent"  # the AGENTOPS_SPAN_KIND of an @agent span; its OPERATION_NAME is the agent's name
+AGENTOPS_SESSION_KIND = "session"  # the root span of an agentops trace
+AGENTOPS_OPERATION_NAME = "operation.name"
+AGENTOPS_TASK_OUTPUT = "agentops.task.output"  # JSON text of an @operation/@task's return value
+AGENTOPS_ENTITY_OUTPUT = "agentops.entity.output"  # the same, in older agentops
 
 # Agent Lightning (the benchmarks' peer): its store keeps only spans whose resource names a
 # rollout and attempt it started
-AGENTLIGHTNING_ROLLOUT_ID = "agentlightning.rollout_id"
+AGENTLIGHTNING_ROLLOUT_ID = "agentlightning.rollout_id"  # on the resource (a span's own attribute wins)
 AGENTLIGHTNING_ATTEMPT_ID = "agentlightning.attempt_id"
+# token ids and log-probs its patched agentops writes on an LLM-call span
+AGENTLIGHTNING_PROMPT_TOKEN_IDS = "prompt_token_ids"  # array of ints
+AGENTLIGHTNING_RESPONSE_TOKEN_IDS = "response_token_ids"
+AGENTLIGHTNING_LOGPROBS_CONTENT = "logprobs.content"  # JSON text of OpenAI's choice.logprobs.content
+# rewards: emit_reward writes an annotation span with AGENTLIGHTNING_REWARD.{n}.name / .value
+# (n = 0 is the primary reward); the deprecated @reward decorator writes AGENTOPS_TASK_OUTPUT =
+# {"type": "reward", "value": v}; agentlightning 0.2 wrote a numeric AGENTLIGHTNING_LEGACY_REWARD
+AGENTLIGHTNING_ANNOTATION_SPAN_NAME = "agentlightning.annotation"
+AGENTLIGHTNING_REWARD = "agentlightning.reward"
+AGENTLIGHTNING_REWARD_DIMENSION_NAME = "name"
+AGENTLIGHTNING_REWARD_DIMENSION_VALUE = "value"
+AGENTLIGHTNING_LEGACY_REWARD = "reward"
+AGENTLIGHTNING_REWARD_OUTPUT_TYPE = "reward"  # the "type" of a reward output
+AGENTLIGHTNING_SPAN_NAME_PREFIX = "agentlightning."  # its own spans: annotation, message, object, operation...
+# the attributes agentlightning's adapter reads an agent's name from (besides AGENTOPS_AGENT_KIND spans)
+OPENAI_AGENTS_AGENT_NAME = "agent.name"  # the OpenAI Agents SDK, as agentops records it
+AUTOGEN_RECIPIENT_AGENT_TYPE = "recipient_agent_type"
+LANGCHAIN_CHAIN_TYPE = "langchain.chain.type"
+AGENT_FRAMEWORK_EXECUTOR_ID = "executor.id"
 
 # OpenAI Agents SDK: its span data, as tracerl's trace processor names it on OTel spans
 # (instrumentation/agents_sdk.py)
