@@ -63,7 +63,7 @@ def main() -> None:
 
     rows = {}
     for mode, batch in (("batched", 64), ("serial", 1)):
-        with running_server(engine=EngineConfig(max_batch_size=batch, num_threads=args.threads or None)) as server:
+        with running_server(engine_config=EngineConfig(max_batch_size=batch, num_threads=args.threads or None)) as server:
             for clients in args.clients:
                 rows[mode, clients] = run_load(server.base_url, clients, args.requests, args.max_tokens)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 
 import httpx
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from tracerl.trainer.publish import BuiltinServer, PublishError, publish, target_for
 from tracerl.trainer.serving.app import running_server
 from tracerl.trainer.tiny_model import build_tiny_model
+from tracerl_testing.net import free_port
 
 
 def _served_version(server) -> int:
@@ -42,9 +42,7 @@ def test_a_folder_that_is_no_checkpoint_is_not_sent(policy_server, tmp_path):
 
 
 def test_an_unreachable_endpoint_says_what_to_do(tiny_checkpoint):
-    with socket.socket() as sock:  # a port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        nowhere = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    nowhere = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     with pytest.raises(PublishError, match=r"cannot reach tracerl serve at .*start it \(`tracerl serve`\)"):
         publish(tiny_checkpoint, BuiltinServer(nowhere))
 

@@ -33,6 +33,7 @@ from tracerl.trainer.demo import task as demo_task
 from tracerl.trainer.demo.config import DemoConfig
 from tracerl.trainer.demo.warm_start import ensure_demo_policy
 from tracerl.trainer.publish import BuiltinServer, publish
+from tracerl.trainer.training.backend import TrainingBackend
 from tracerl.trainer.training.dataset import read_dataset
 from tracerl.trainer.training.torch_backend import PolicyTrainer
 
@@ -111,7 +112,7 @@ def run_demo(cfg: DemoConfig, on_phase: Callable[[int, str], None] | None = None
     metrics_path.write_text("")
     phase(0, "preparing the starting policy")
     start = Path(cfg.model) if cfg.model else ensure_demo_policy(cfg.seed)
-    trainer = PolicyTrainer(start, cfg.train)
+    trainer: TrainingBackend = PolicyTrainer(start, cfg.train)
     train_tasks, held_out = demo_task.all_tasks(cfg.seed)
     rows: list[dict] = []
     with running_server(start) as server:

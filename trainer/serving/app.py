@@ -52,7 +52,7 @@ from tracerl.uvicorn_thread import serve_in_thread
 
 
 def create_app(
-    model_path: str | Path | None = None, *, served_model_name: str | None = None, engine: EngineConfig | None = None
+    model_path: str | Path | None = None, *, served_model_name: str | None = None, engine_config: EngineConfig | None = None
 ) -> Starlette:
     """The ASGI app serving ``model_path`` (default: the tiny local model).
 
@@ -62,16 +62,16 @@ def create_app(
         from tracerl.trainer.tiny_model import ensure_tiny_model
 
         model_path = ensure_tiny_model()
-    generation = GenerationEngine(model_path, engine)
-    api = _Api(generation, served_model_name or Path(model_path).name)
+    engine = GenerationEngine(model_path, engine_config)
+    api = _Api(engine, served_model_name or Path(model_path).name)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        generation.start()
+        engine.start()
         try:
             yield
         finally:
-            await run_in_threadpool(generation.stop)
+            await run_in_threadpool(engine.stop)
 
     app = Starlette(
         routes=[
@@ -84,7 +84,7 @@ def create_app(
         exception_handlers={RequestError: _request_error, HTTPException: _http_error},
         lifespan=lifespan,
     )
-    app.state.engine = generation
+    app.state.engine = engine
     return app
 
 

@@ -32,7 +32,7 @@ def serve(
     if model is not None and not (model / "config.json").is_file():
         raise typer.BadParameter(f"{model} is not a Hugging Face model dir (no config.json)", param_hint="--model")
     config = EngineConfig(max_batch_size=max_batch_size, policy_version=policy_version, num_threads=threads or None)
-    app = create_app(model, served_model_name=served_model_name, engine=config)
+    app = create_app(model, served_model_name=served_model_name, engine_config=config)
     engine = app.state.engine
     console.print(f"serving {engine.model_path} at http://{host}:{port}/v1 (policy version {engine.policy_version})")
     uvicorn.run(app, host=host, port=port, log_level="info")

@@ -33,6 +33,7 @@ def train(
 ) -> None:
     """One clipped policy-gradient pass of the torch backend over a dataset."""
     from tracerl.trainer.publish import PublishError, publish, target_for
+    from tracerl.trainer.training.backend import TrainingBackend
     from tracerl.trainer.training.dataset import DatasetError, read_dataset
     from tracerl.trainer.training.torch_backend import PolicyTrainer
 
@@ -47,7 +48,7 @@ def train(
     except DatasetError as exc:
         raise typer.BadParameter(str(exc), param_hint="--dataset") from exc
     config = TrainConfig(learning_rate=learning_rate, epochs=epochs, minibatch_size=minibatch_size, clip_epsilon=clip_epsilon, seed=seed)
-    trainer = PolicyTrainer(model, config)
+    trainer: TrainingBackend = PolicyTrainer(model, config)
     with Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("train", total=None)
         stats = trainer.train(samples, progress=lambda done, total: bar.update(task, completed=done, total=total))

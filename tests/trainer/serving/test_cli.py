@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
 
 import httpx
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tracerl_testing.net import free_port
 
 
 def test_tracerl_serve_answers_chat_and_stops_cleanly(tmp_path):
-    port = _free_port()
+    port = free_port()
     log = (tmp_path / "serve.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "tracerl", "serve", "--port", str(port), "--served-model-name", "policy", "--policy-version", "3"],

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ import httpx
 
 from tracerl.schemas import DATASET_SCHEMA_VERSION
 from tracerl.trainer.serving.app import running_server
+from tracerl_testing.net import free_port
 
 ROWS = [
     {"prompt_token_ids": [10, 11, 12], "response_token_ids": [20 + i % 2, 5], "response_logprobs": None, "advantage": 1.0 if i % 2 else -1.0}
@@ -60,9 +60,7 @@ def test_train_refuses_a_dataset_of_another_schema_version(tmp_path, tiny_checkp
 
 def test_an_unreachable_server_keeps_the_checkpoint_and_fails_saying_so(tmp_path, tiny_checkpoint, write_dataset):
     write_dataset(tmp_path / "ds", ROWS)
-    with socket.socket() as sock:  # a port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        nowhere = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    nowhere = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     done = _train(tmp_path, tiny_checkpoint, "--server", nowhere)
     assert done.returncode == 1
     assert "cannot reach" in done.stderr

@@ -32,8 +32,8 @@ def _episode(ep: str, reward: float | None) -> list[dict]:
 
 
 @pytest.fixture()
-def spans_dir(tmp_path):
-    return write_spans(tmp_path / "data", _episode("e1", 1.0) + _episode("e2", 0.0))
+def spans_dir(data_dir):
+    return write_spans(data_dir, _episode("e1", 1.0) + _episode("e2", 0.0))
 
 
 @pytest.fixture()
@@ -94,8 +94,8 @@ def test_a_retyped_column_is_named(dataset):
         read_dataset(dataset)
 
 
-def test_a_dataset_without_transitions_repeats_the_builds_warnings(tmp_path):
-    data = write_spans(tmp_path / "data", _episode("e1", None))  # no reward: nothing to learn from
+def test_a_dataset_without_transitions_repeats_the_builds_warnings(data_dir, tmp_path):
+    data = write_spans(data_dir, _episode("e1", None))  # no reward: nothing to learn from
     build_dataset(data, tmp_path / "dataset")
     with pytest.raises(EmptyDatasetError, match="holds no transitions.*no reward"):
         read_dataset(tmp_path / "dataset")
