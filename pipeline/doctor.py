@@ -13,16 +13,15 @@ from typing import Any
 
 from tracerl.pipeline.build import Analysis, analyze
 from tracerl.pipeline.counts import warnings
-from tracerl.pipeline.layouts import TOKEN_LAYOUTS
+from tracerl.pipeline.layouts import tokens_sql
 from tracerl.pipeline.options import BuildOptions
 
 
 def _calls_without_prompt_ids(analysis: Analysis) -> int:
     """Chosen calls whose span has completion ids but no prompt ids (a build finds them while writing)."""
-    elsewhere = "".join(f" AND {layout.ids_sql(layout.prompt_token_ids, 'r.attributes')} IS NULL" for layout in TOKEN_LAYOUTS)
     return analysis.con.execute(
         f"""SELECT count(*) FROM chosen c JOIN raw_spans r USING (file_index, file_row)
-            WHERE r.prompt_token_ids IS NULL{elsewhere}"""
+            WHERE {tokens_sql('prompt', 'r.prompt_token_ids', 'r.attributes')} IS NULL"""
     ).fetchall()[0][0]
 
 

@@ -137,6 +137,18 @@ TOKEN_LAYOUTS: tuple[TokenLayout, ...] = (
 )
 
 
+def tokens_sql(kind: str, column: str, attributes: str = "attributes") -> str:
+    """DuckDB expression: a span's tracerl token ``column``, else the first TOKEN_LAYOUTS entry that has them.
+
+    ``kind``: ``prompt``, ``completion`` (int arrays) or ``logprobs`` (float array).
+    """
+    if kind == "logprobs":
+        found = [layout.logprobs_sql(attributes) for layout in TOKEN_LAYOUTS]
+    else:
+        found = [layout.ids_sql(getattr(layout, f"{kind}_token_ids"), attributes) for layout in TOKEN_LAYOUTS]
+    return f"coalesce({', '.join([column, *found])})"
+
+
 @dataclass(frozen=True)
 class EpisodeLayout:
     """A convention's own episode ids: the span's attribute ``rollout``/``attempt``, else its resource's.

@@ -20,6 +20,7 @@ import duckdb
 
 from tracerl.pipeline.layouts import (
     AGENT_NAME_SOURCES, CONTENT_LAYOUTS, EPISODE_LAYOUTS, NO_CONTENT, REWARD_LAYOUTS, TOKEN_LAYOUTS, attribute_path,
+    tokens_sql,
 )
 from tracerl.pipeline.sql_text import sql_str
 from tracerl.schemas import attributes as A
@@ -193,12 +194,19 @@ def build_spans_view(con: duckdb.DuckDBPyConnection) -> None:
     """View ``spans``: every span (one copy each) with all its columns, the resolved episode id and the call/tool flags.
 
     What AIR rules and ``tracerl sql`` users query; the token arrays stay in the files
-    until a query asks for them.
+    until a query asks for them. Token columns and the agent name are filled from other
+    conventions' attributes where tracerl's are absent (``layouts.py``).
     """
+    tokens = ", ".join(
+        f"{tokens_sql(kind, 'r.' + column, 'r.attributes')} AS {column}"
+        for kind, column in (("prompt", "prompt_token_ids"), ("completion", "completion_token_ids"),
+                             ("logprobs", "completion_logprobs"))
+    )
     con.execute(
-        """
+        f"""
         CREATE OR REPLACE VIEW spans AS
-        SELECT r.* EXCLUDE (file_index, file_row) REPLACE (m.episode_id AS episode_id), m.is_llm, m.is_tool
+        SELECT r.* EXCLUDE (file_index, file_row) REPLACE (m.episode_id AS episode_id, m.agent_name AS agent_name, {tokens}),
+               m.is_llm, m.is_tool
         FROM raw_spans r JOIN span_meta m ON r.file_index = m.file_index AND r.file_row = m.file_row
         """
     )

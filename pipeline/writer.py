@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tracerl.pipeline.layouts import CONTENT_LAYOUTS, TOKEN_LAYOUTS
+from tracerl.pipeline.layouts import CONTENT_LAYOUTS, TOKEN_LAYOUTS, tokens_sql
 from tracerl.pipeline.messages import messages_json
 from tracerl.pipeline.trajectory import merge_trajectories
 from tracerl.schemas import DATASET_SCHEMA
@@ -92,24 +92,16 @@ def _read_rows(con: duckdb.DuckDBPyConnection, path: str, meta: pa.Table) -> pa.
 
 def _foreign_tokens(con: duckdb.DuckDBPyConnection, part: pa.Table) -> pa.Table:
     """Rows whose span has no tracerl token columns take them from another convention's attributes (TOKEN_LAYOUTS)."""
-    missing = pc.is_null(part.column("response_token_ids"))
-    if not TOKEN_LAYOUTS or not pc.any(missing).as_py():
+    if not TOKEN_LAYOUTS or not pc.any(pc.is_null(part.column("response_token_ids"))).as_py():
         return part
-
-    def first(column: str, expressions: list[str]) -> str:
-        return f"coalesce({column}, {', '.join(expressions)}) AS {column}"
-
-    columns = [
-        first("prompt_token_ids", [layout.ids_sql(layout.prompt_token_ids) for layout in TOKEN_LAYOUTS]),
-        first("response_token_ids", [layout.ids_sql(layout.completion_token_ids) for layout in TOKEN_LAYOUTS]),
-        first("response_logprobs", [layout.logprobs_sql() for layout in TOKEN_LAYOUTS]),
-    ]
-    con.register("writer_tokens", part.select(["prompt_token_ids", "response_token_ids", "response_logprobs", "attributes"]))
+    columns = {"prompt_token_ids": "prompt", "response_token_ids": "completion", "response_logprobs": "logprobs"}
+    select = ", ".join(f"{tokens_sql(kind, name)} AS {name}" for name, kind in columns.items())
+    con.register("writer_tokens", part.select([*columns, "attributes"]))
     try:
-        found = con.sql(f"SELECT {', '.join(columns)} FROM writer_tokens").to_arrow_table()
+        found = con.sql(f"SELECT {select} FROM writer_tokens").to_arrow_table()
     finally:
         con.unregister("writer_tokens")
-    for name in ("prompt_token_ids", "response_token_ids", "response_logprobs"):
+    for name in columns:
         part = part.set_column(part.schema.get_field_index(name), name, found.column(name).cast(part.schema.field(name).type))
     return part
 

@@ -62,6 +62,8 @@ def test_sql_views_show_rollouts_agents_and_every_reward_form():
     assert len(rollouts) == 5 and all(r.startswith("ro-") and a.startswith("at-") for r, a in rollouts)
     agents = dict(con.sql("SELECT agent_name, count(*) FROM llm_calls GROUP BY 1").fetchall())
     assert agents == {"solver": 6, "checker": 3}
+    calls = con.sql("SELECT completion_token_ids, completion_logprobs FROM spans WHERE is_llm").fetchall()
+    assert len(calls) == 9 and all(len(ids) == len(logprobs) == 6 for ids, logprobs in calls)
     rewards = sorted(con.sql("SELECT name, value FROM rewards").fetchall())
     # emit_reward(float) x3 + intermediate, the two dimensions of emit_reward(dict), the @reward decorator
     assert rewards == sorted([("primary", 1.0), ("primary", 0.5), ("primary", -1.0), ("primary", 0.75),
