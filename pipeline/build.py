@@ -67,7 +67,7 @@ class Analysis:
 
     def inputs(self) -> dict[str, Any]:
         return {
-            "spans": str(self.files.root),
+            "spans": str(self.files.location),
             "span_files": len(self.files.files),
             "reward_files": self.files.reward_files + list(self.options.rewards),
             "rejected_files": self.files.rejected,
@@ -87,10 +87,9 @@ def analyze(
     files = source.find_span_files(spans)
     con = connect(options.threads, options.memory_limit, temp_dir)
     progress(f"reading {len(files.files)} span file(s)", None)
-    source.register_raw_spans(con, files.files)
-    for file in options.rewards:
-        source.check_rewards_file(con, file)
-    source.register_late_rewards(con, files.reward_files + list(options.rewards))
+    source.register_raw_spans(con, files)
+    late = [source.check_rewards_file(con, file) for file in options.rewards]
+    source.register_late_rewards(con, files.reward_files + late)
     previously = dataset_folder.register_processed(con, out, options.incremental)
     progress("normalising spans", None)
     normalize.build_span_meta(con)
@@ -132,7 +131,7 @@ def build_dataset(
             progress("writing transitions", analysis.counts["transitions"])
             dropped: Counter = Counter()
             paths, rows = write_dataset(
-                dataset_tables(con, analysis.files.files, trajectory=opts.trajectory, skipped=dropped),
+                dataset_tables(con, analysis.files, trajectory=opts.trajectory, skipped=dropped),
                 str(out_dir), on_rows or (lambda n: None),
             )
         except _READ_ERRORS as exc:

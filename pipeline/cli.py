@@ -31,7 +31,7 @@ AgentsOpt = Annotated[Optional[str], typer.Option("--agents", help="Regex: only 
 SplitOpt = Annotated[Optional[list[str]], typer.Option("--split", help="Keep episodes of this split (repeatable).")]
 VersionsOpt = Annotated[Optional[str], typer.Option("--policy-versions", help="e.g. '3', '3,4' or '>=3'.")]
 RewardsOpt = Annotated[
-    Optional[list[Path]], typer.Option("--rewards", help="Late rewards (Parquet/CSV/JSONL) keyed by episode_id, trace_id or response_id.")
+    Optional[list[Path]], typer.Option("--rewards", help="Late rewards (Parquet/CSV/JSONL) keyed by episode_id, trace_id, response_id or rollout_id (agentlightning).")
 ]
 WeightOpt = Annotated[
     Optional[list[str]], typer.Option("--reward-weight", help="NAME=WEIGHT, e.g. correctness=0.9 (repeatable).")

@@ -1,20 +1,23 @@
 """Find and open the span (and late-reward) Parquet files of a data folder in DuckDB.
 
-A folder full of immutable files written by several processes can hold files that are
-not Parquet at all, truncated ones, or ones with another schema. Each is checked on its
-own (its footer only, so this stays cheap) and set aside with the reason, so one bad
-file never hides the rest of the data.
+The folder is local or on object storage (:mod:`tracerl.pipeline.location`); it is
+listed once per build and exactly that list is read. A folder full of immutable files
+written by several processes can hold files that are not Parquet at all, truncated
+ones, or ones with another schema. Each is checked on its own (its footer only, so this
+stays cheap) and set aside with the reason, so one bad file never hides the rest of the
+data.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import duckdb
-import pyarrow.parquet as pq
+import pyarrow as pa
+import pyarrow.fs as pafs
 
+from tracerl.pipeline.location import Location, locate
 from tracerl.pipeline.sql_text import empty_select, sql_list, sql_str
 from tracerl.schemas import REWARDS_SCHEMA, SPANS_SCHEMA
 from tracerl.schemas.rewards import REWARD_KEYS
@@ -29,81 +32,77 @@ class PipelineInputError(ValueError):
 
 @dataclass
 class SpanFiles:
-    """The readable span files of a folder and the ones set aside, with reasons."""
+    """The readable span files of a folder (by the names DuckDB reads them by) and the ones set aside, with reasons."""
 
-    root: Path
+    location: Location
     files: list[str] = field(default_factory=list)
     rejected: list[dict[str, str]] = field(default_factory=list)
     reward_files: list[str] = field(default_factory=list)
+    columns: set[str] = field(default_factory=set)  # the span files' columns, all files together
 
 
-def parquet_files(folder: Path) -> list[Path]:
-    """Every ``*.parquet`` below ``folder``, sorted, skipping dot-files and dot-folders.
-
-    Dot-names are files still being written (see ``tracerl.storage``) or tool metadata.
-    """
-    found = []
-    for path in folder.rglob("*.parquet"):
-        parts = path.relative_to(folder).parts
-        if not any(part.startswith(".") for part in parts):
-            found.append(path)
-    return sorted(found)
-
-
-def spans_folder(path: str | os.PathLike) -> tuple[Path, Path | None]:
+def spans_folder(path: str | os.PathLike) -> tuple[Location, Location | None]:
     """The spans folder for a data dir (``D/spans``) or a spans folder, and ``D/rewards`` if any."""
-    root = Path(path)
-    if not root.exists():
+    try:
+        root = locate(path)
+    except ValueError as exc:
+        raise PipelineInputError(str(exc)) from exc
+    kind = root.kind()
+    if kind == pafs.FileType.NotFound:
         raise PipelineInputError(
             f"spans folder {root} does not exist: pass --spans a data dir (holding spans/) or a folder of span Parquet files"
         )
-    if not root.is_dir():
+    if kind != pafs.FileType.Directory:
         raise PipelineInputError(f"{root} is not a folder: pass --spans a data dir or a folder of span Parquet files")
-    if (root / "spans").is_dir():
-        rewards = root / "rewards"
-        return root / "spans", rewards if rewards.is_dir() else None
+    spans = root.child("spans")
+    if spans.kind() == pafs.FileType.Directory:
+        rewards = root.child("rewards")
+        return spans, rewards if rewards.kind() == pafs.FileType.Directory else None
     return root, None
 
 
-def _check(path: Path, required: tuple[str, ...]) -> str | None:
-    """Why ``path`` cannot be read as a table with ``required`` columns, or ``None``."""
+def _check(location: Location, name: str, required: tuple[str, ...]) -> tuple[pa.Schema | None, str | None]:
+    """The footer schema of file ``name``, or why it cannot be read as a table with ``required`` columns."""
     try:
-        schema = pq.read_schema(path)
+        schema = location.read_schema(name)
     except Exception as exc:  # pyarrow raises several types for corrupt files
-        return f"not a readable Parquet file: {exc}"
-    missing = [name for name in required if name not in schema.names]
+        return None, f"not a readable Parquet file: {exc}"
+    missing = [column for column in required if column not in schema.names]
     if missing:
-        return f"missing column(s) {', '.join(missing)}"
-    return None
+        return None, f"missing column(s) {', '.join(missing)}"
+    return schema, None
 
 
 def find_span_files(path: str | os.PathLike) -> SpanFiles:
-    """Check every span file (and late-reward file of a data dir) below ``path``."""
+    """Check every span file (and late-reward file of a data dir) below ``path``: one listing, then footers."""
     folder, rewards = spans_folder(path)
-    result = SpanFiles(root=folder)
-    for file in parquet_files(folder):
-        reason = _check(file, REQUIRED_SPAN_COLUMNS)
+    result = SpanFiles(location=folder)
+    for file in folder.parquet_files():
+        schema, reason = _check(folder, file, REQUIRED_SPAN_COLUMNS)
         if reason:
-            result.rejected.append({"file": str(file), "reason": reason})
+            result.rejected.append({"file": file, "reason": reason})
         else:
-            result.files.append(str(file))
+            result.files.append(file)
+            result.columns.update(schema.names)
     if rewards is not None:
-        for file in parquet_files(rewards):
-            reason = _check(file, ("value",))
+        for file in rewards.parquet_files():
+            _, reason = _check(rewards, file, ("value",))
             if reason:
-                result.rejected.append({"file": str(file), "reason": reason})
+                result.rejected.append({"file": file, "reason": reason})
             else:
-                result.reward_files.append(str(file))
+                result.reward_files.append(file)
     return result
 
 
-def register_raw_spans(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
+def register_raw_spans(con: duckdb.DuckDBPyConnection, found: SpanFiles) -> None:
     """View ``raw_spans``: all span files, columns unified by name to ``SPANS_SCHEMA``.
 
     Files written by older writers may lack newer promoted columns; they read as NULL.
     ``file_index`` (position in ``files``) and ``file_row`` locate each row, so the
     writer can later read the token arrays of exactly the rows it needs.
     """
+    files = found.files
+    found.location.register(con)
     con.execute("CREATE OR REPLACE TEMP TABLE span_files (file_index INTEGER, filename VARCHAR)")
     if not files:
         con.execute(
@@ -112,11 +111,8 @@ def register_raw_spans(con: duckdb.DuckDBPyConnection, files: list[str]) -> None
         )
         return
     con.executemany("INSERT INTO span_files VALUES (?, ?)", list(enumerate(files)))
-    present = set()
-    for f in files:
-        present.update(pq.read_schema(f).names)
     cols = ", ".join(
-        f'"{fld.name}"' if fld.name in present else f'NULL AS "{fld.name}"' for fld in SPANS_SCHEMA
+        f'"{fld.name}"' if fld.name in found.columns else f'NULL AS "{fld.name}"' for fld in SPANS_SCHEMA
     )
     con.execute(
         f"CREATE OR REPLACE VIEW raw_spans AS SELECT {cols}, f.file_index, file_row_number AS file_row "
@@ -151,9 +147,16 @@ def _reward_select(file: str) -> str:
     return f"SELECT * FROM {reader}"
 
 
-def check_rewards_file(con: duckdb.DuckDBPyConnection, file: str) -> None:
-    """Fail early, naming the file, when a ``--rewards`` file lacks a value or a key column."""
-    if not Path(file).is_file():
+def check_rewards_file(con: duckdb.DuckDBPyConnection, file: str) -> str:
+    """The name DuckDB reads a ``--rewards`` file (local or a URI) by; fails early, naming the file, when
+    it lacks a value or a key column."""
+    try:
+        location = locate(file)
+    except ValueError as exc:
+        raise PipelineInputError(f"rewards file {exc}") from exc
+    location.register(con)
+    file = str(location)
+    if location.kind() != pafs.FileType.File:
         raise PipelineInputError(f"rewards file {file} does not exist")
     try:
         names = [d[0] for d in con.sql(_reward_select(file) + " LIMIT 0").description]
@@ -165,3 +168,4 @@ def check_rewards_file(con: duckdb.DuckDBPyConnection, file: str) -> None:
         raise PipelineInputError(
             f"rewards file {file} needs one key column: {', '.join(REWARD_KEYS)} (columns: {', '.join(names)})"
         )
+    return file

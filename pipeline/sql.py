@@ -58,8 +58,11 @@ def open_views(data: str | os.PathLike, dataset: str | os.PathLike | None = None
     """A DuckDB connection with the views of :data:`VIEWS` over the data folder ``data``."""
     analysis = analyze(data, options or BuildOptions())
     con = analysis.con
-    folder = Path(dataset) if dataset else Path(data) / "dataset"
-    files = [str(f) for f in transition_files(folder)]
+    if dataset:
+        folder = Path(dataset)
+    else:  # a data dir on the local disk may hold its dataset; one on object storage is read, never written
+        folder = Path(data) / "dataset" if analysis.files.location.is_local else None
+    files = [str(f) for f in transition_files(folder)] if folder else []
     if dataset and not files:
         raise PipelineInputError(f"no {A.DATASET_FILES_GLOB} in {folder}: build a dataset there first")
     if files:

@@ -20,10 +20,11 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from tracerl.pipeline.layouts import CONTENT_LAYOUTS, TOKEN_LAYOUTS, tokens_sql
+from tracerl.pipeline.location import Location
 from tracerl.pipeline.messages import messages_json
+from tracerl.pipeline.source import SpanFiles
 from tracerl.pipeline.trajectory import merge_trajectories
 from tracerl.schemas import DATASET_SCHEMA
 from tracerl.storage import write_parquet_atomic
@@ -78,10 +79,10 @@ def _messages(con: duckdb.DuckDBPyConnection, part: pa.Table) -> tuple[pa.Array,
     return inputs, outputs
 
 
-def _read_rows(con: duckdb.DuckDBPyConnection, path: str, meta: pa.Table) -> pa.Table:
-    """``meta`` rows joined with their span's token arrays and messages from ``path``."""
-    present = set(pq.read_schema(path).names)
-    spans = pq.read_table(path, columns=[c for c in _SPAN_COLUMNS if c in present]).take(meta.column("file_row"))
+def _read_rows(con: duckdb.DuckDBPyConnection, location: Location, path: str, meta: pa.Table) -> pa.Table:
+    """``meta`` rows joined with their span's token arrays and messages from file ``path`` of ``location``."""
+    present = set(location.read_schema(path).names)
+    spans = location.read_table(path, [c for c in _SPAN_COLUMNS if c in present]).take(meta.column("file_row"))
     for name in _SPAN_COLUMNS:
         column = spans.column(name) if name in present else pa.nulls(len(meta), _SPAN_TYPES[name])
         meta = meta.append_column(_RENAMED.get(name, name), column)
@@ -129,7 +130,7 @@ def _to_dataset(table: pa.Table, skipped: Counter) -> pa.Table:
 
 
 def dataset_tables(
-    con: duckdb.DuckDBPyConnection, files: list[str], *, trajectory: bool, skipped: Counter
+    con: duckdb.DuckDBPyConnection, found: SpanFiles, *, trajectory: bool, skipped: Counter
 ) -> Iterator[pa.Table]:
     """Dataset tables of the ``chosen`` calls, one per span file that completes episodes.
 
@@ -145,7 +146,7 @@ def dataset_tables(
     for current in np.unique(file_index):
         # rows of this file, taken in output order (pos), so a file that completes all its
         # episodes needs no reordering
-        part = _read_rows(con, files[int(current)], meta.filter(pa.array(file_index == current)))
+        part = _read_rows(con, found.location, found.files[int(current)], meta.filter(pa.array(file_index == current)))
         later = part.column("ready_at").to_numpy() > current
         if later.any():
             pending.append(part.filter(pa.array(later)))

@@ -1,4 +1,4 @@
-"""Fixtures every test area uses: a data dir, a real collector on loopback, the spans it holds.
+"""Fixtures every test area uses: a data dir, a real collector on loopback, an S3 server (moto), the spans it holds.
 
 The equipment itself (readers of the written tables, load generators, scripted servers)
 lives in ``tracerl_testing`` (folder ``testing/``), importable by tests and benchmarks alike;
@@ -7,11 +7,14 @@ the fixtures here only give it a test's lifetime.
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from moto.server import ThreadedMotoServer
 
 from tracerl.collector.server import CollectorServer, Endpoints
 from tracerl.collector.service import CollectorConfig
@@ -49,6 +52,25 @@ def collector(tmp_path: Path, start_collector: Callable[..., CollectorServer]) -
     """A collector (OTLP/HTTP only) writing under ``tmp_path/collected``, apart from what the
     test's own processes write to ``data_dir``; it commits every 0.2 s."""
     return start_collector(out=str(tmp_path / "collected"), flush_interval_s=0.2, grpc=False)
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A real S3-compatible server (moto in server mode) on loopback with the bucket ``traces``;
+    yields its endpoint (``http://127.0.0.1:PORT``). pyarrow reaches it through a URI such as
+    ``s3://traces/prefix?endpoint_override=127.0.0.1:PORT&scheme=http&region=us-east-1``."""
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(key, value)
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    moto.start()
+    host, port = moto.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    # moto keeps its buckets in the process, across servers: every test starts from none
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")).close()
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="traces")
+    yield endpoint
+    moto.stop()
 
 
 @pytest.fixture

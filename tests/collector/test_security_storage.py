@@ -14,7 +14,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from moto.server import ThreadedMotoServer
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
@@ -58,20 +57,6 @@ def test_tls_on_http_and_grpc(start_collector, data_dir, certificate, monkeypatc
     grpc_exporter.shutdown()
     server.collector.flush()
     assert read_table(data_dir).num_rows == 10
-
-
-@pytest.fixture
-def s3(monkeypatch):
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}.items():
-        monkeypatch.setenv(key, value)
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    moto.start()
-    host, port = moto.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="traces")
-    yield endpoint
-    moto.stop()
 
 
 def test_object_storage_through_pyarrow_s3(start_collector, tmp_path, s3):
