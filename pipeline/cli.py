@@ -26,12 +26,14 @@ def _group() -> None:
 console = Console(stderr=True, soft_wrap=True)  # paths in messages stay copy-pasteable
 DEFAULTS = BuildOptions()  # every default below comes from the dataclass
 
-SpansOpt = Annotated[Path, typer.Option("--spans", help="Data dir (holding spans/) or a folder of span Parquet files.")]
+# str, not Path: Path("s3://b/p") would become "s3:/b/p"
+SpansOpt = Annotated[str, typer.Option(
+    "--spans", help="Data dir (holding spans/) or a folder of span Parquet files: local, or a URI such as s3://bucket/prefix.")]
 AgentsOpt = Annotated[Optional[str], typer.Option("--agents", help="Regex: only calls of matching agents are policy calls.")]
 SplitOpt = Annotated[Optional[list[str]], typer.Option("--split", help="Keep episodes of this split (repeatable).")]
 VersionsOpt = Annotated[Optional[str], typer.Option("--policy-versions", help="e.g. '3', '3,4' or '>=3'.")]
 RewardsOpt = Annotated[
-    Optional[list[Path]], typer.Option("--rewards", help="Late rewards (Parquet/CSV/JSONL) keyed by episode_id, trace_id, response_id or rollout_id (agentlightning).")
+    Optional[list[str]], typer.Option("--rewards", help="Late rewards (Parquet/CSV/JSONL, local or a URI) keyed by episode_id, trace_id, response_id or rollout_id (agentlightning).")
 ]
 WeightOpt = Annotated[
     Optional[list[str]], typer.Option("--reward-weight", help="NAME=WEIGHT, e.g. correctness=0.9 (repeatable).")
@@ -168,9 +170,9 @@ def register_sql(root: typer.Typer) -> None:
 
     @root.command("sql")
     def sql_cmd(
-        data: Annotated[Path, typer.Argument(help="Data dir (holding spans/) or a folder of span files.")],
+        data: Annotated[str, typer.Argument(help="Data dir (holding spans/) or a folder of span files: local, or a URI such as s3://bucket/prefix.")],
         command: Annotated[Optional[str], typer.Option("-c", "--command", help="Run one query, print it, exit.")] = None,
-        dataset: Annotated[Optional[Path], typer.Option(help="Dataset folder for the `transitions` view (default DATA/dataset).")] = None,
+        dataset: Annotated[Optional[Path], typer.Option(help="Dataset folder for the `transitions` view (default DATA/dataset for a local DATA).")] = None,
         output: Annotated[str, typer.Option("--format", help="table, csv or json (with -c).")] = "table",
         examples: Annotated[bool, typer.Option("--examples", help="Print example queries and exit.")] = False,
     ) -> None:
