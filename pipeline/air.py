@@ -36,6 +36,11 @@ class Rule:
     value: float
     target: str = "requesting_call"
 
+    @property
+    def reward_name(self) -> str:
+        """The name of the rewards this rule gives (in ``rewards``, the manifest's counts, the report)."""
+        return "air." + self.name
+
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
             raise PipelineInputError(f"AIR rule {self.name!r}: target must be one of {', '.join(TARGETS)}, got {self.target!r}")
@@ -139,7 +144,7 @@ def air_rewards_sql(con: duckdb.DuckDBPyConnection, rules: list[Rule]) -> str | 
     parts = []
     for i, rule in enumerate(rules, start=1):
         time = {"requesting_call": "start_time_unix_nano", "self": "end_time_unix_nano", "episode_end": "NULL"}[rule.target]
-        name = sql_str("air." + rule.name)
+        name = sql_str(rule.reward_name)
         parts.append(
             f"SELECT episode_id, {time}::BIGINT AS time_ns, {name} AS name, {float(rule.value)!r}::DOUBLE AS value, "
             f"'air' AS source, trace_id AS origin_trace_id, span_id AS origin_span_id, NULL::VARCHAR AS response_id "

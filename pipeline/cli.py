@@ -198,6 +198,33 @@ def register_sql(root: typer.Typer) -> None:
             _fail(f"query failed: {exc}")
 
 
+def register_report(root: typer.Typer) -> None:
+    """Add `tracerl report` to the root CLI."""
+
+    @root.command("report")
+    def report_cmd(
+        data: Annotated[str, typer.Argument(help="Data dir (holding spans/) or a folder of span files: local, or a URI such as s3://bucket/prefix.")],
+        out: Annotated[Path, typer.Option("--out", help="The HTML file to write (one file: styles and charts inline).")] = Path("report.html"),
+        runs: Annotated[Optional[Path], typer.Option("--runs", help="Runs folder holding metrics.jsonl (or the file): per-round training metrics.")] = None,
+        rewards: RewardsOpt = None,
+        rules: RulesOpt = DEFAULTS.rules,
+        default_rules: DefaultRulesOpt = DEFAULTS.default_rules,
+    ) -> None:
+        """Write a static HTML page of how training goes: reward per policy version, agents, funnel, AIR, rounds.
+
+        It shows every episode (no selection options): the funnel says what a default build would keep.
+        """
+        from tracerl.pipeline.report import write_report
+
+        options = _selection(None, None, None, rewards, None, rules, default_rules, DEFAULTS.episode_timeout_s)
+        try:
+            with console.status("reading spans"):
+                written = write_report(data, out, runs=runs, options=BuildOptions(**options))
+        except (PipelineInputError, ValueError) as exc:
+            _fail(exc)
+        console.print(f"report: {written}")
+
+
 def main() -> None:
     """Console-script entry point (`pipeline ...` equals `tracerl pipeline ...`)."""
     app()

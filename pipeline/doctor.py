@@ -28,6 +28,15 @@ def _calls_without_prompt_ids(analysis: Analysis) -> int:
 def diagnose(spans: str | os.PathLike, options: BuildOptions) -> dict[str, Any]:
     """The funnel and the notes, as a dict (``funnel``: list of (stage, count); ``notes``: list of str)."""
     analysis = analyze(spans, options)
+    try:
+        return explain(analysis)
+    finally:
+        analysis.con.close()
+
+
+def explain(analysis: Analysis) -> dict[str, Any]:
+    """:func:`diagnose`'s answer for an analysis already run (the report shows it beside its charts)."""
+    options = analysis.options
     c = analysis.counts
     no_prompt = _calls_without_prompt_ids(analysis)
     if no_prompt:
@@ -52,5 +61,4 @@ def diagnose(spans: str | os.PathLike, options: BuildOptions) -> dict[str, Any]:
         notes.insert(0, f"--agents {options.agents!r} matched no agent; agent names seen: {', '.join(agents)}")
     if not notes and c["transitions"]:
         notes.append("every span that could become a transition did")
-    analysis.con.close()
     return {"funnel": funnel, "notes": notes, "counts": c}

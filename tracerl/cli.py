@@ -8,7 +8,7 @@ from tracerl import __version__
 from tracerl.collector.cli import app as collector_app
 from tracerl.instrumentation.cli import register as register_instrumentation
 from tracerl.pipeline.cli import app as pipeline_app
-from tracerl.pipeline.cli import register_sql
+from tracerl.pipeline.cli import register_report, register_sql
 from tracerl.trainer.demo.cli import register as register_demo
 from tracerl.trainer.serving.cli import register as register_serve
 from tracerl.trainer.training.cli import register as register_train
@@ -26,6 +26,7 @@ register_serve(app)  # serve
 register_train(app)  # train
 register_demo(app)  # demo
 register_sql(app)  # sql
+register_report(app)  # report
 
 
 @app.command()
