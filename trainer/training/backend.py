@@ -23,9 +23,14 @@ class TrainMetrics:
     tokens: int = 0  # action tokens trained on
     steps: int = 0  # optimizer steps
     loss: float = 0.0  # mean over steps
-    clip_fraction: float = 0.0  # share of action tokens whose ratio left the clip range
-    approx_kl: float = 0.0  # mean of (served log-prob - current log-prob) over action tokens
+    # share of action tokens where the clip binds: the ratio is past 1 + eps with a positive
+    # advantage or below 1 - eps with a negative one (OpenRLHF's clip_ratio, same meaning)
+    clip_fraction: float = 0.0
+    approx_kl: float = 0.0  # mean of (old log-prob - current log-prob) over action tokens
     missing_logprobs: int = 0  # samples without served log-probs (trained with ratio 1)
+    # mean |trainer log-prob - served log-prob| before the update; ~0 when the endpoint
+    # serves exactly the weights being trained (None: no served log-probs)
+    served_logprob_gap: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -42,6 +47,6 @@ class TrainingBackend(Protocol):
         """Steps over ``samples`` (``progress(done, total)`` after each)."""
         ...
 
-    def save(self, out_dir: str | os.PathLike) -> Path:
-        """Write a Hugging Face checkpoint (via ``checkpoint_folder``); return its folder."""
+    def save(self, out_dir: str | os.PathLike, manifest: dict | None = None) -> Path:
+        """Write a Hugging Face checkpoint and its manifest (via ``checkpoint_folder``); return its folder."""
         ...

@@ -4,10 +4,15 @@ A policy server told to load a checkpoint (``tracerl.trainer.publish``) must nev
 half of one, and a job killed while saving must leave the previous checkpoint usable.
 So a checkpoint is written into a hidden folder beside its place, made durable, and
 renamed into place in one step.
+
+Each one carries a small manifest (:data:`CHECKPOINT_MANIFEST_FILE`): where it came from
+(parent checkpoint and version, the dataset manifest it trained on), the backend and its
+metrics. It is written inside the same folder, so weights and manifest appear together.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -16,12 +21,15 @@ from pathlib import Path
 
 from tracerl.storage import fsync_dir, fsync_file
 
+CHECKPOINT_MANIFEST_FILE = "tracerl_checkpoint.json"
+
 
 @contextmanager
-def checkpoint_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
+def checkpoint_folder(out_dir: str | os.PathLike, manifest: dict | None = None) -> Iterator[Path]:
     """Yield an empty folder to write a checkpoint into; on success it becomes ``out_dir``.
 
     An existing ``out_dir`` is replaced whole. If the block raises, nothing changes.
+    ``manifest`` (JSON-able) is written beside what the block wrote.
     """
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -30,6 +38,8 @@ def checkpoint_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
+        if manifest is not None:
+            write_checkpoint_manifest(tmp, manifest)
         for path in tmp.rglob("*"):
             if path.is_file():
                 fsync_file(path)
@@ -42,3 +52,24 @@ def checkpoint_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def write_checkpoint_manifest(checkpoint: str | os.PathLike, manifest: dict) -> None:
+    """Write (or replace, e.g. with the version it was published as) a checkpoint's manifest in one step."""
+    folder = Path(checkpoint)
+    tmp = folder / f".{CHECKPOINT_MANIFEST_FILE}.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    fsync_file(tmp)
+    os.replace(tmp, folder / CHECKPOINT_MANIFEST_FILE)
+    fsync_dir(folder)
+
+
+def read_checkpoint_manifest(checkpoint: str | os.PathLike) -> dict | None:
+    """The manifest of a checkpoint ``tracerl train`` wrote; None for any other checkpoint."""
+    path = Path(checkpoint) / CHECKPOINT_MANIFEST_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not a checkpoint manifest ({exc}): delete it, or train that checkpoint again") from None

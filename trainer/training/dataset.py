@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -90,8 +91,16 @@ def check_schema_version(dataset_dir: str | os.PathLike) -> dict:
     return manifest
 
 
-def read_dataset(dataset_dir: str | os.PathLike) -> tuple[list[Sample], dict[str, int]]:
-    """Samples from the dataset folder; also how many rows were skipped, by reason."""
+def read_dataset(
+    dataset_dir: str | os.PathLike, *, max_policy_lag: int | None = None, policy_version: int | None = None
+) -> tuple[list[Sample], dict[str, int]]:
+    """Samples from the dataset folder; also how many rows were skipped, by reason.
+
+    With ``max_policy_lag`` K, rows sampled by a policy more than K versions older than
+    ``policy_version`` (the policy about to be trained; None: the newest version in the
+    dataset) are skipped: the importance ratio of so stale a sample is too far from 1 for
+    clipping to keep the update safe. Rows with no policy version are skipped then too.
+    """
     folder = Path(dataset_dir)
     files = transition_files(folder)
     if not files and not (folder / MANIFEST_FILE).exists():
@@ -119,9 +128,26 @@ def read_dataset(dataset_dir: str | os.PathLike) -> tuple[list[Sample], dict[str
             sample.response_logprobs = None
             skip("logprobs of wrong length (ignored)")
         samples.append(sample)
+    if max_policy_lag is not None:
+        samples = _within_policy_lag(samples, max_policy_lag, policy_version, skip)
     if not samples:
         raise EmptyDatasetError(f"{folder} holds no usable transition (skipped: {skipped})")
     return samples, skipped
+
+
+def _within_policy_lag(samples: list[Sample], max_lag: int, current: int | None, skip: Callable[[str], None]) -> list[Sample]:
+    """The samples at most ``max_lag`` versions older than ``current`` (None: the newest among them)."""
+    if current is None:
+        current = max((s.policy_version for s in samples if s.policy_version is not None), default=None)
+    kept = []
+    for sample in samples:
+        if sample.policy_version is None:
+            skip("no policy version (lag unknown)")
+        elif current - sample.policy_version > max_lag:
+            skip(f"policy lag over {max_lag}")
+        else:
+            kept.append(sample)
+    return kept
 
 
 def _read_columns(path: Path) -> pa.Table:

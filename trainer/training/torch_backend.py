@@ -12,8 +12,9 @@ an older policy version than the one being trained. Rows without logged log-prob
 fall back to the current policy's (ratio 1, plain REINFORCE) and are counted.
 
 Each LLM call is its own sample, as in LightningRL: no trajectory concatenation.
-Samples come from :mod:`~tracerl.trainer.training.dataset`; checkpoints are written
-through :mod:`~tracerl.trainer.training.checkpoint`.
+Samples come from :mod:`~tracerl.trainer.training.dataset`, in the minibatches and layout
+of :mod:`~tracerl.trainer.training.batch` (shared with the OpenRLHF backend); checkpoints
+are written through :mod:`~tracerl.trainer.training.checkpoint`.
 """
 
 from __future__ import annotations
@@ -27,35 +28,13 @@ import torch
 import torch.nn.functional as F
 
 from tracerl.trainer.training.backend import TrainMetrics
+from tracerl.trainer.training.batch import collate, minibatch_order, response_span, served_logprob_gap
 from tracerl.trainer.training.checkpoint import checkpoint_folder
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import Sample
 
 # The optimizer's state, saved beside the weights so the next round resumes it.
 TRAINER_STATE_FILE = "trainer_state.pt"
-
-
-def _collate(samples: Sequence[Sample], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded ids plus, per position, the target token's mask and old log-prob."""
-    lengths = [len(s.prompt_token_ids) + len(s.response_token_ids) for s in samples]
-    width = max(lengths)
-    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(samples), width), dtype=torch.long)
-    action_mask = torch.zeros((len(samples), width - 1))
-    old_logprobs = torch.zeros((len(samples), width - 1))
-    has_old = torch.zeros(len(samples), dtype=torch.bool)
-    for i, s in enumerate(samples):
-        seq = list(s.prompt_token_ids) + list(s.response_token_ids)
-        ids[i, : len(seq)] = torch.tensor(seq)
-        attention[i, : len(seq)] = 1
-        start = len(s.prompt_token_ids) - 1  # logits at position t predict token t + 1
-        end = start + len(s.response_token_ids)
-        mask = s.response_mask if s.response_mask is not None else [1] * len(s.response_token_ids)
-        action_mask[i, start:end] = torch.tensor(mask, dtype=torch.float)
-        if s.response_logprobs is not None:
-            old_logprobs[i, start:end] = torch.tensor(s.response_logprobs)
-            has_old[i] = True
-    return {"ids": ids, "attention": attention, "action_mask": action_mask, "old_logprobs": old_logprobs, "has_old": has_old}
 
 
 def token_logprobs(model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
@@ -96,15 +75,19 @@ class PolicyTrainer:
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
         epochs = cfg.epochs if epochs is None else epochs
-        metrics = TrainMetrics(samples=len(samples), missing_logprobs=sum(s.response_logprobs is None for s in samples))
+        metrics = TrainMetrics(
+            samples=len(samples),
+            missing_logprobs=sum(s.response_logprobs is None for s in samples),
+        )
+        logged = [s for s in samples if s.response_logprobs is not None]
+        if logged:
+            metrics.served_logprob_gap = served_logprob_gap(logged, self.action_logprobs(logged))
         per_epoch = math.ceil(len(samples) / cfg.minibatch_size)
         total_steps = epochs * per_epoch
         loss_sum = clip_sum = kl_sum = 0.0
         for _ in range(epochs):
-            order = torch.randperm(len(samples), generator=self._generator).tolist()
-            for start in range(0, len(order), cfg.minibatch_size):
-                batch = [samples[i] for i in order[start : start + cfg.minibatch_size]]
-                loss, clip_frac, kl, n_tokens = self._step(batch)
+            for indices in minibatch_order(len(samples), cfg.minibatch_size, self._generator):
+                loss, clip_frac, kl, n_tokens = self._step([samples[i] for i in indices])
                 metrics.steps += 1
                 metrics.tokens += n_tokens
                 loss_sum, clip_sum, kl_sum = loss_sum + loss, clip_sum + clip_frac, kl_sum + kl
@@ -116,16 +99,28 @@ class PolicyTrainer:
             metrics.approx_kl = kl_sum / metrics.steps
         return metrics
 
+    def action_logprobs(self, samples: Sequence[Sample]) -> list[list[float]]:
+        """Each sample's response-token log-probs under the current weights."""
+        out: list[list[float]] = []
+        with torch.no_grad():
+            for start in range(0, len(samples), self.config.minibatch_size):
+                chunk = samples[start : start + self.config.minibatch_size]
+                data = collate(chunk, self.pad_id)
+                logprobs = token_logprobs(self.model, data["ids"], data["attention"])
+                out.extend(logprobs[row, slice(*response_span(s))].tolist() for row, s in enumerate(chunk))
+        return out
+
     def _step(self, batch: Sequence[Sample]) -> tuple[float, float, float, int]:
         cfg = self.config
-        data = _collate(batch, self.pad_id)
+        data = collate(batch, self.pad_id)
         new = token_logprobs(self.model, data["ids"], data["attention"])
         mask = data["action_mask"]
-        old = torch.where(data["has_old"].unsqueeze(1), data["old_logprobs"], new.detach())
+        old = torch.where(data["has_served"].unsqueeze(1), data["served_logprobs"], new.detach())
         advantages = torch.tensor([s.advantage for s in batch]).unsqueeze(1)
         supervised = torch.tensor([s.target_only for s in batch]).unsqueeze(1)
         ratio = torch.exp(new - old)
-        surrogate = torch.minimum(ratio * advantages, torch.clamp(ratio, 1 - cfg.clip_epsilon, 1 + cfg.clip_epsilon) * advantages)
+        unclipped, clipped = ratio * advantages, torch.clamp(ratio, 1 - cfg.clip_epsilon, 1 + cfg.clip_epsilon) * advantages
+        surrogate = torch.minimum(unclipped, clipped)
         per_token = torch.where(supervised, new, surrogate)
         # mean over each sample's action tokens, then over samples: long responses don't dominate
         per_sample = (per_token * mask).sum(1) / mask.sum(1).clamp(min=1)
@@ -136,14 +131,14 @@ class PolicyTrainer:
         self.optimizer.step()
         with torch.no_grad():
             n_tokens = int(mask.sum())
-            clipped = ((ratio - 1).abs() > cfg.clip_epsilon).float()
-            clip_frac = float((clipped * mask).sum() / max(n_tokens, 1))
+            binds = (clipped < unclipped).float()  # the clipped term is the one taken: no gradient
+            clip_frac = float((binds * mask).sum() / max(n_tokens, 1))
             kl = float(((old - new.detach()) * mask).sum() / max(n_tokens, 1))
         return loss.item(), clip_frac, kl, n_tokens
 
-    def save(self, out_dir: str | os.PathLike) -> Path:
-        """Write a complete checkpoint atomically (weights, tokenizer, optimizer state)."""
-        with checkpoint_folder(out_dir) as folder:
+    def save(self, out_dir: str | os.PathLike, manifest: dict | None = None) -> Path:
+        """Write a complete checkpoint atomically (weights, tokenizer, optimizer state, manifest)."""
+        with checkpoint_folder(out_dir, manifest) as folder:
             self.model.save_pretrained(folder)
             self.tokenizer.save_pretrained(folder)
             torch.save(self.optimizer.state_dict(), folder / TRAINER_STATE_FILE)

@@ -1,0 +1,123 @@
+"""The OpenRLHF backend, from the real openrlhf package, on CPU: it trains what the torch backend trains.
+
+Every test starts from the tiny model (seed 0). "Served" log-probs are the ones the
+starting weights give, as a server running those weights would log them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from tracerl.trainer.training.checkpoint import read_checkpoint_manifest
+from tracerl.trainer.training.config import TrainConfig
+from tracerl.trainer.training.dataset import Sample
+from tracerl.trainer.training.openrlhf_backend import OpenRLHFOptions, OpenRLHFTrainer
+from tracerl.trainer.training.torch_backend import PolicyTrainer, token_logprobs
+
+PROMPT = [10, 11, 12, 13]
+RESPONSES = [([40, 41], 1.0), ([50, 51, 52], -1.0), ([60], 0.5), ([70, 71], -0.5)]
+
+
+def _served(trainer: OpenRLHFTrainer, samples: list[Sample], shift: float = 0.0) -> list[Sample]:
+    """The samples with the log-probs a server on the trainer's current weights logs (plus ``shift``)."""
+    return [replace(s, response_logprobs=[v + shift for v in lp]) for s, lp in zip(samples, trainer.action_logprobs(samples))]
+
+
+def _batch() -> list[Sample]:
+    return [Sample(prompt_token_ids=PROMPT, response_token_ids=r, advantage=a) for r, a in RESPONSES] * 2
+
+
+def test_loss_clip_fraction_and_kl_agree_with_the_torch_backend(tiny_checkpoint):
+    """Same batch, same starting weights, same config: same steps, to float tolerance.
+
+    Two epochs of two minibatches, so after the first step ratios move away from 1 and
+    the clip binds on some tokens: the comparison covers the clipped branch too.
+    """
+    config = TrainConfig(learning_rate=3e-3, epochs=2, minibatch_size=4)
+    openrlhf = OpenRLHFTrainer(tiny_checkpoint, config)
+    samples = _served(openrlhf, _batch())
+    torch_trainer = PolicyTrainer(tiny_checkpoint, config)
+    ours, theirs = openrlhf.train(samples), torch_trainer.train(samples)
+    assert (ours.steps, ours.tokens, ours.samples) == (theirs.steps, theirs.tokens, theirs.samples) == (4, 32, 8)
+    assert 0 < theirs.clip_fraction < 1
+    assert ours.loss == pytest.approx(theirs.loss, abs=1e-6)
+    assert ours.clip_fraction == pytest.approx(theirs.clip_fraction, abs=1e-6)
+    assert ours.approx_kl == pytest.approx(theirs.approx_kl, abs=1e-6)
+    assert ours.served_logprob_gap == pytest.approx(0.0, abs=1e-6) and ours.is_filtered_fraction == 0.0
+    ids = torch.tensor([PROMPT + [40, 41]])
+    with torch.no_grad():
+        torch_after = token_logprobs(torch_trainer.model, ids, torch.ones_like(ids))[0, len(PROMPT) - 1 :]
+    assert openrlhf.action_logprobs([samples[0]])[0] == pytest.approx(torch_after.tolist(), abs=1e-4)
+
+
+def test_one_step_raises_positive_and_lowers_negative_advantage_responses(tiny_checkpoint):
+    trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(learning_rate=3e-3, epochs=1, minibatch_size=8))
+    samples = _served(trainer, _batch())
+    before = [sum(lp) for lp in trainer.action_logprobs(samples[:4])]
+    metrics = trainer.train(samples)
+    after = [sum(lp) for lp in trainer.action_logprobs(samples[:4])]
+    assert metrics.steps == 1
+    for (_, advantage), b, a in zip(RESPONSES, before, after):
+        assert (a > b) if advantage > 0 else (a < b), (advantage, b, a)
+
+
+def test_served_logprob_gap_and_icepop_filter_come_from_the_sampler_log_probs(tiny_checkpoint):
+    """A sampler that saw each token e^0.3 times less likely: gap 0.3, ratio e^0.3 kept;
+    e^2 times less likely: ratio 7.4, outside icepop's (0.5, 5) band, every token dropped."""
+    trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(epochs=1, minibatch_size=8, learning_rate=0.0))
+    near = trainer.train(_served(trainer, _batch(), shift=-0.3))
+    assert near.served_logprob_gap == pytest.approx(0.3, abs=1e-5) and near.is_filtered_fraction == 0.0
+    far = trainer.train(_served(trainer, _batch(), shift=-2.0))
+    assert far.served_logprob_gap == pytest.approx(2.0, abs=1e-5) and far.is_filtered_fraction == 1.0
+    assert far.loss == 0.0  # nothing left to learn from
+    missing = trainer.train(_batch())  # no served log-probs: the trainer's own stand in (weight 1)
+    assert missing.missing_logprobs == 8 and missing.served_logprob_gap is None
+
+
+def test_reference_kl_is_reported_and_grows_as_the_policy_moves(tiny_checkpoint):
+    options = OpenRLHFOptions(reference_model=str(tiny_checkpoint), kl_coef=0.1)
+    trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(learning_rate=3e-3, epochs=1, minibatch_size=8), options)
+    samples = _served(trainer, _batch())
+    first = trainer.train(samples)
+    assert first.reference_kl == pytest.approx(0.0, abs=1e-7)  # one step from the reference itself
+    second = trainer.train(samples)
+    assert second.reference_kl > 1e-4
+
+
+def test_checkpoint_is_a_hugging_face_model_with_its_manifest(tiny_checkpoint, tmp_path):
+    trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(learning_rate=3e-3, epochs=1, minibatch_size=8))
+    samples = _served(trainer, _batch())
+    metrics = trainer.train(samples)
+    manifest = {"parent": str(tiny_checkpoint), "parent_version": 3, "dataset": {"schema_version": 1}, "metrics": metrics.as_dict()}
+    out = trainer.save(tmp_path / "v4", manifest=manifest)
+    assert read_checkpoint_manifest(out) == json.loads(json.dumps(manifest))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
+    reloaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    ids = torch.tensor([PROMPT + [40, 41]])
+    with torch.no_grad():
+        served_now = token_logprobs(reloaded, ids, torch.ones_like(ids))[0, len(PROMPT) - 1 :].tolist()
+    assert served_now == pytest.approx(trainer.action_logprobs([samples[0]])[0], abs=1e-6)
+
+
+def test_lora_trains_and_saves_the_adapter_alone(tiny_checkpoint, tmp_path):
+    from peft import PeftModel
+
+    options = OpenRLHFOptions(lora_rank=4, lora_alpha=8)
+    trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(learning_rate=1e-2, epochs=2, minibatch_size=4), options)
+    samples = _served(trainer, _batch())
+    trainer.train(samples)
+    out = trainer.save(tmp_path / "adapter")
+    assert (out / "adapter_config.json").is_file() and not (out / "model.safetensors").exists()
+    base = AutoModelForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.float32)
+    adapted = PeftModel.from_pretrained(base, out)
+    ids = torch.tensor([PROMPT + [40, 41]])
+    with torch.no_grad():
+        served_now = token_logprobs(adapted, ids, torch.ones_like(ids))[0, len(PROMPT) - 1 :].tolist()
+    trained = trainer.action_logprobs([samples[0]])[0]
+    assert served_now == pytest.approx(trained, abs=1e-5)
+    assert trained != pytest.approx(samples[0].response_logprobs, abs=1e-3)  # the adapter moved the policy
