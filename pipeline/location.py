@@ -104,7 +104,10 @@ def _duckdb_filesystem(location: Location):
     scheme; the wrapper would answer to pyarrow's type name ("gcs" for ``gs://``) and
     strip schemes its own way, so both are set to the names :meth:`Location.name` makes.
     """
-    from fsspec.implementations.arrow import ArrowFSWrapper  # fsspec: the [s3] extra
+    try:
+        from fsspec.implementations.arrow import ArrowFSWrapper
+    except ImportError as exc:
+        raise ValueError(f"reading {location} needs fsspec: pip install fsspec (or tracerl[s3])") from exc
 
     prefix = f"{location.scheme}://"
 
