@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tracerl.collector import wal
+from tracerl.collector import sink, wal
 from tracerl.collector.service import TRACES, CollectorConfig, replay_unused_wals, worker_wal_dir
 from tracerl.collector.server import CollectorServer, Endpoints
 from tracerl.storage import write_parquet_atomic
@@ -184,8 +184,6 @@ def test_shutdown_during_a_storage_outage_leaves_the_rows_in_the_wal(data_dir, t
 
 
 def test_a_crash_in_the_middle_of_replay_does_not_duplicate(data_dir, monkeypatch):
-    from tracerl.collector import sink
-
     config = CollectorConfig(out=str(data_dir), instance_id="c1")
     wal_dir = worker_wal_dir(config, 0) / "spans"
     wal_dir.mkdir(parents=True)

@@ -18,6 +18,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from tracerl.collector.service import CollectorConfig
 from tracerl_testing.loadgen import make_spans
 from tracerl_testing.tables import read_table
 
@@ -75,8 +76,6 @@ def test_object_storage_through_pyarrow_s3(start_collector, tmp_path, s3):
     assert sorted(table["span_id"].to_pylist()) == sorted(format(s.context.span_id, "016x") for s in spans)
 
 
-def test_object_storage_needs_a_local_wal_dir(tmp_path):
-    from tracerl.collector.service import CollectorConfig
-
+def test_object_storage_needs_a_local_wal_dir():
     with pytest.raises(ValueError, match="give a local --wal-dir"):
         CollectorConfig(out="s3://traces/prod").resolved_wal_dir()
