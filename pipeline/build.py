@@ -25,6 +25,7 @@ import pyarrow as pa
 import tracerl
 from tracerl.pipeline import air, credit, dataset_folder, episodes, normalize, rewards, selection, source
 from tracerl.pipeline.counts import stage_counts, warnings
+from tracerl.pipeline.location import locate
 from tracerl.pipeline.options import EXPORTS, BuildOptions
 from tracerl.pipeline.writer import dataset_tables, write_dataset
 from tracerl.schemas import DATASET_SCHEMA_VERSION, SPANS_SCHEMA_VERSION
@@ -69,7 +70,8 @@ class Analysis:
         return {
             "spans": str(self.files.location),
             "span_files": len(self.files.files),
-            "reward_files": self.files.reward_files + list(self.options.rewards),
+            # as DuckDB reads them: a URI's query or user part (credentials) is not recorded
+            "reward_files": self.files.reward_files + [str(locate(r)) for r in self.options.rewards],
             "rejected_files": self.files.rejected,
         }
 

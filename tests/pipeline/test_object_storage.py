@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from typer.testing import CliRunner
 
 from tracerl.cli import app
-from tracerl.pipeline import build_dataset, dataset_table
+from tracerl.pipeline import build_dataset, dataset_table, read_manifest
 from tracerl.schemas import attributes as A
 from tracerl.schemas import spans_table
 from tracerl.storage import write_parquet_atomic
@@ -111,12 +111,16 @@ def test_build_dataset_and_sql_commands_take_a_uri(s3, start_collector, tmp_path
     host_port = s3.removeprefix("http://")
     store = f"s3://traces/cli?endpoint_override={host_port}&scheme=http&region=us-east-1"
     prompts = _deliver(start_collector(out=store, wal_dir=tmp_path / "wal", grpc=False), seed=3)
-    _reward(store, _episodes(3))
+    graded = pa.table({"episode_id": _episodes(3), "value": [1.0] * len(_episodes(3))})
+    query = f"endpoint_override={host_port}&scheme=http&region=us-east-1"
+    rewards = f"s3://{write_parquet_atomic(graded, f's3://traces/grades?{query}', prefix='grades')}?{query}"
     runner = CliRunner()
 
-    built = runner.invoke(app, ["pipeline", "build-dataset", "--spans", store, "--out", str(tmp_path / "out")])
+    built = runner.invoke(app, ["pipeline", "build-dataset", "--spans", store, "--rewards", rewards,
+                                "--out", str(tmp_path / "out")])
     assert built.exit_code == 0, built.output
     assert f"{len(prompts)} transition(s) from {len(_episodes(3))} episode(s)" in built.output
+    assert read_manifest(tmp_path / "out")["inputs"]["reward_files"] == [rewards.partition("?")[0]]  # no query recorded
 
     query = runner.invoke(app, ["sql", store, "-c", "SELECT count(*) AS calls FROM llm_calls", "--format", "csv"])
     assert query.exit_code == 0, query.output
