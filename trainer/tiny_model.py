@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 TINY_MODEL_NAME = "tracerl-tiny-llama"
-_BUILD_VERSION = 4  # bump when the recipe changes, so stale caches are rebuilt
+_BUILD_VERSION = 6  # bump when the recipe changes, so stale caches are rebuilt
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|end|>"]
 
@@ -80,7 +80,9 @@ def build_tiny_model(path: str | os.PathLike, *, seed: int = 0) -> Path:
         num_hidden_layers=2,
         num_attention_heads=2,  # head_dim 64
         num_key_value_heads=2,
-        max_position_embeddings=512,
+        # rotary positions, nothing learned per position: a long context costs no weights, and
+        # agents asking for max_tokens=2048 fit (`tracerl serve --max-model-len` serves less)
+        max_position_embeddings=4096,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,

@@ -153,23 +153,29 @@ class _Api:
         return _json(reply.body(await _results(handle, request)), reply.version)
 
     def _sampling_params(self, req, prompts: list[list[int]], top_logprobs: int, *, prompt_param: str) -> SamplingParams:
+        """Limits as vLLM (0.32) sets them: a prompt that leaves no room and a max_tokens beyond the
+        whole context are 400s; a max_tokens that only overruns with this prompt is capped to what
+        fits (the answer then ends with finish_reason "length"), since agents ask for a fixed
+        max_tokens whatever their prompt's length."""
         context = self.engine.max_context
         longest = max(len(p) for p in prompts)
         if longest >= context:
             raise RequestError(
-                f"the prompt is {longest} tokens long; this model's context is {context} tokens, "
-                "so no completion token fits. Shorten the prompt.",
+                f"the prompt is {longest} tokens long; this model's maximum context length is {context} tokens, "
+                "so no completion token fits. Shorten the prompt (or serve with a larger --max-model-len).",
                 param=prompt_param,
             )
         limit = req.token_limit()
-        if limit is not None and longest + limit > context:
+        if limit is not None and limit > context:
+            param = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens"
             raise RequestError(
-                f"this model's maximum context length is {context} tokens, but the prompt ({longest} tokens) "
-                f"plus max_tokens ({limit}) would be {longest + limit}. Lower max_tokens or shorten the prompt.",
-                param="max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens",
+                f"{param}={limit} is more than this model's maximum context length of {context} tokens "
+                f"(prompt {longest} tokens + {param} {limit} = {longest + limit}). Request at most "
+                f"{context - longest} tokens, or serve with a larger --max-model-len.",
+                param=param,
             )
         return SamplingParams(
-            max_tokens=limit if limit is not None else context - longest,
+            max_tokens=min(limit, context - longest) if limit is not None else context - longest,
             temperature=req.temperature,
             top_p=req.top_p,
             stop=req.stop_strings(),

@@ -15,3 +15,6 @@ class EngineConfig:
     # step of a small model is a chain of tiny kernels: on a busy 2-core machine OpenMP's second
     # thread mostly spins, measured at 9 ms per step with one thread against 210 ms with two.
     num_threads: int | None = 1
+    # Longest sequence (prompt + completion) served, as vLLM's --max-model-len; None: the model's
+    # max_position_embeddings, and no more than that (positions beyond it were never trained).
+    max_model_len: int | None = None

@@ -85,6 +85,10 @@ class WeightLoadError(ValueError):
     """A checkpoint could not be loaded (missing, malformed or incompatible)."""
 
 
+class ContextLengthError(ValueError):
+    """A max_model_len the model cannot serve."""
+
+
 class GenerationHandle:
     """The asyncio side of one submitted request: a stream of engine events."""
 
@@ -193,7 +197,7 @@ class GenerationEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.max_batch_size = config.max_batch_size
         self.num_threads = config.num_threads
-        self.max_context = int(self.model.config.max_position_embeddings)
+        self.max_context = _max_context(self.model_path, int(self.model.config.max_position_embeddings), config.max_model_len)
         self.eos_token_ids = _eos_token_ids(self.model, self.tokenizer)
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_token_ids)
         self._version = config.policy_version
@@ -536,6 +540,20 @@ def _stable_prefix(text: str, stops: tuple[str, ...]) -> str:
                 hold = k
                 break
     return text[: len(text) - hold]
+
+
+def _max_context(model_path: Path, positions: int, max_model_len: int | None) -> int:
+    """The context served: ``max_model_len`` if the model's positions reach that far (vLLM refuses
+    a longer one too: the model never saw those positions), else the model's own length."""
+    if max_model_len is None:
+        return positions
+    if not 1 <= max_model_len <= positions:
+        raise ContextLengthError(
+            f"max_model_len {max_model_len} is outside 1..{positions}: {model_path} has "
+            f"max_position_embeddings {positions} (config.json). Serve at most {positions} tokens, "
+            "or a model built for a longer context."
+        )
+    return max_model_len
 
 
 def _eos_token_ids(model: torch.nn.Module, tokenizer) -> frozenset[int]:

@@ -15,7 +15,7 @@ def test_tracerl_serve_answers_chat_and_stops_cleanly(tmp_path):
     port = free_port()
     log = (tmp_path / "serve.log").open("w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "tracerl", "serve", "--port", str(port), "--served-model-name", "policy", "--policy-version", "3"],
+        [sys.executable, "-m", "tracerl", "serve", "--port", str(port), "--served-model-name", "policy", "--policy-version", "3", "--max-model-len", "1024"],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -31,7 +31,7 @@ def test_tracerl_serve_answers_chat_and_stops_cleanly(tmp_path):
             assert time.monotonic() < deadline, "tracerl serve did not come up"
             time.sleep(0.2)
         models = httpx.get(f"http://127.0.0.1:{port}/v1/models").json()
-        assert models["data"][0]["id"] == "policy"
+        assert models["data"][0]["id"] == "policy" and models["data"][0]["max_model_len"] == 1024
         reply = httpx.post(
             f"http://127.0.0.1:{port}/v1/chat/completions",
             json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "return_token_ids": True},
@@ -53,3 +53,11 @@ def test_tracerl_serve_rejects_a_model_dir_that_is_not_a_checkpoint(tmp_path):
     )
     assert result.returncode != 0
     assert "no config.json" in result.stderr
+
+
+def test_tracerl_serve_refuses_a_max_model_len_beyond_the_models_positions():
+    result = subprocess.run(
+        [sys.executable, "-m", "tracerl", "serve", "--max-model-len", "100000"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode != 0
+    assert "--max-model-len" in result.stderr and "max_position_embeddings 4096" in result.stderr
