@@ -170,7 +170,10 @@ def register_sql(root: typer.Typer) -> None:
 
     @root.command("sql")
     def sql_cmd(
-        data: Annotated[str, typer.Argument(help="Data dir (holding spans/) or a folder of span files: local, or a URI such as s3://bucket/prefix.")],
+        data: Annotated[
+            Optional[str],
+            typer.Argument(help="Data dir (holding spans/) or a folder of span files: local, or a URI such as s3://bucket/prefix."),
+        ] = None,
         command: Annotated[Optional[str], typer.Option("-c", "--command", help="Run one query, print it, exit.")] = None,
         dataset: Annotated[Optional[Path], typer.Option(help="Dataset folder for the `transitions` view (default DATA/dataset for a local DATA).")] = None,
         output: Annotated[str, typer.Option("--format", help="table, csv or json (with -c).")] = "table",
@@ -184,6 +187,11 @@ def register_sql(root: typer.Typer) -> None:
             for title, query in EXAMPLES:
                 typer.echo(f"-- {title}\n{query};\n")
             return
+        if data is None:
+            raise typer.BadParameter(
+                "name the data to query (a data dir holding spans/, a folder of span files or a URI), or pass --examples",
+                param_hint="DATA",
+            )
         try:
             with console.status("building views"):
                 con = open_views(data, dataset)

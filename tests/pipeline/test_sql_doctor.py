@@ -44,6 +44,14 @@ def test_sql_command_runs_one_query_over_a_built_dataset(data_dir, tmp_path):
     assert bad.exit_code == 2 and "query failed" in bad.output
 
 
+def test_sql_examples_need_no_data():
+    result = CliRunner().invoke(app, ["sql", "--examples"])
+    assert result.exit_code == 0, result.output
+    assert all(f"-- {title}" in result.output for title, _ in EXAMPLES)
+    missing = CliRunner().invoke(app, ["sql", "-c", "SELECT 1"])
+    assert missing.exit_code == 2 and "--examples" in missing.output
+
+
 def test_doctor_explains_every_loss_with_counts(data_dir):
     _spans(data_dir)
     result = CliRunner().invoke(app, ["pipeline", "doctor", "--spans", str(data_dir), "--json"])
