@@ -1,5 +1,7 @@
-"""Shared fixtures: a vLLM-like server on loopback, an in-memory view of this
-process's spans, and a runner for agent scripts captured by environment alone."""
+"""The instrumentation tests' fixtures: a vLLM-like server on loopback
+(``tracerl_testing.scripted_server``), an in-memory view of this process's spans, and a
+runner for agent scripts captured by environment alone. What other areas share too is in
+the root ``tests/conftest.py``."""
 
 from __future__ import annotations
 
@@ -18,9 +20,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tracerl.instrumentation import settings as S
+from tracerl.instrumentation.setup import install_hooks
+from tracerl.schemas import attributes as A
 from tracerl_testing.scripted_server import ScriptedServer, running_scripted_server
 from tracerl_testing.tables import span_rows
-from tracerl.instrumentation.setup import install_hooks
 
 
 @pytest.fixture(scope="session")
@@ -98,7 +101,7 @@ class Captured:
         script = self.script(source)
         env = {
             "OTEL_TRACES_EXPORTER": "tracerl",
-            "TRACERL_DATA_DIR": str(self.data_dir),
+            S.DATA_DIR_ENV: str(self.data_dir),
             "OTEL_METRICS_EXPORTER": "none",
             "OTEL_LOGS_EXPORTER": "none",
             **env,
@@ -129,7 +132,7 @@ class Captured:
         write_parquet_atomic(pa.Table.from_pylist([grade], schema=REWARDS_SCHEMA), self.data_dir / "rewards", prefix="rewards")
         out = self.tmp_path / "dataset"
         build_dataset(self.data_dir, out)
-        rel = duckdb.sql(f"select * from read_parquet('{out}/transitions-*.parquet') order by step")
+        rel = duckdb.sql(f"select * from read_parquet('{out}/{A.DATASET_FILES_GLOB}') order by step")
         return [dict(zip(rel.columns, row)) for row in rel.fetchall()]
 
     def llm_calls(self) -> list[dict]:
