@@ -177,7 +177,7 @@ def build_dataset(
         "counts": counts,
         "outputs": {"files": [os.path.basename(p) for p in paths], "exports": exported},
     }
-    manifest["warnings"] = warnings(manifest["inputs"], counts)
+    manifest["warnings"] = warnings(manifest["inputs"], counts, opts.advantage)
     manifest = dataset_folder.write_manifest(out_dir, manifest)
     dataset_folder.migrate(out_dir)
     return manifest

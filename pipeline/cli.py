@@ -41,6 +41,10 @@ WeightOpt = Annotated[
 RulesOpt = Annotated[Optional[Path], typer.Option("--rules", help="JSON/TOML file of intermediate-reward rules.")]
 DefaultRulesOpt = Annotated[bool, typer.Option("--default-rules/--no-default-rules", help="Built-in intermediate-reward rules.")]
 TimeoutOpt = Annotated[float, typer.Option("--episode-timeout", help="Seconds of inactivity before an unfinished episode is processed as truncated.")]
+AdvantageOpt = Annotated[str, typer.Option(
+    "--advantage",
+    help=f"{', '.join(ADVANTAGES)}: grpo and rloo compare episodes of one task (a task of one episode gets 0), batch all episodes of the build.",
+)]
 
 
 def _weights(items: list[str] | None) -> dict[str, float]:
@@ -82,7 +86,7 @@ def build_dataset_cmd(
     out: Annotated[Path, typer.Option("--out", help="Dataset folder: transitions-*.parquet (see pipeline/README.md).")],
     credit: Annotated[str, typer.Option(help=f"{' or '.join(CREDITS)} (identical: the paper's).")] = DEFAULTS.credit,
     gamma: Annotated[float, typer.Option(help="Discount for --credit discounted.")] = DEFAULTS.gamma,
-    advantage: Annotated[str, typer.Option(help=f"{', '.join(ADVANTAGES)} (per task group).")] = DEFAULTS.advantage,
+    advantage: AdvantageOpt = DEFAULTS.advantage,
     agents: AgentsOpt = DEFAULTS.agents,
     split: SplitOpt = None,
     policy_versions: VersionsOpt = DEFAULTS.policy_versions,
@@ -143,6 +147,7 @@ def doctor(
     rules: RulesOpt = DEFAULTS.rules,
     default_rules: DefaultRulesOpt = DEFAULTS.default_rules,
     episode_timeout: TimeoutOpt = DEFAULTS.episode_timeout_s,
+    advantage: AdvantageOpt = DEFAULTS.advantage,
     as_json: Annotated[bool, typer.Option("--json", help="Print the funnel and notes as JSON.")] = False,
 ) -> None:
     """Explain, with counts, why spans did (not) become transitions; takes build-dataset's selection options."""
@@ -151,7 +156,7 @@ def doctor(
     options = _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout)
     try:
         with console.status("analysing spans"):
-            report = diagnose(spans, BuildOptions(**options))
+            report = diagnose(spans, BuildOptions(advantage=advantage, **options))
     except (PipelineInputError, ValueError) as exc:
         _fail(exc)
     if as_json:

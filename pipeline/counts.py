@@ -10,6 +10,7 @@ from typing import Any
 
 import duckdb
 
+from tracerl.pipeline.options import GROUP_ADVANTAGES
 from tracerl.pipeline.source import SpanFiles
 from tracerl.pipeline.sql_text import sql_str
 from tracerl.schemas import attributes as A
@@ -82,11 +83,24 @@ def stage_counts(con: duckdb.DuckDBPyConnection, files: SpanFiles, previously: i
             "ignored_by_weights": one("SELECT count(*) FROM attached_rewards WHERE weight = 0"),
         },
         "transitions": one("SELECT count(*) FROM chosen"),
+        "task_groups": _task_groups(con),
     }
 
 
-def warnings(inputs: dict[str, Any], c: dict[str, Any]) -> list[str]:
-    """Plain-language reasons why data did not become transitions (shown by the CLI and doctor)."""
+def _task_groups(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """The task groups of the chosen episodes (episodes without a task id are one group), and
+    those of one episode, which a group advantage (GRPO, RLOO) can only give 0."""
+    total, single, single_transitions = con.execute(
+        """SELECT count(*), count(*) FILTER (WHERE episodes = 1), coalesce(sum(transitions) FILTER (WHERE episodes = 1), 0)
+           FROM (SELECT count(DISTINCT episode_id) AS episodes, count(*) AS transitions
+                 FROM chosen GROUP BY coalesce(task_id, ''))"""
+    ).fetchall()[0]
+    return {"total": int(total), "single_episode": int(single), "single_episode_transitions": int(single_transitions)}
+
+
+def warnings(inputs: dict[str, Any], c: dict[str, Any], advantage: str) -> list[str]:
+    """Plain-language reasons why data did not become transitions, or became useless ones
+    (shown by the CLI and doctor); ``advantage`` is the build's --advantage."""
     notes = []
     if not inputs["span_files"]:
         notes.append(f"no readable span files under {inputs['spans']}")
@@ -121,4 +135,13 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any]) -> list[str]:
         notes.append(f"{r['ignored_by_weights']} reward(s) ignored: their name has no --reward-weight")
     if c["episodes"]["truncated"]:
         notes.append(f"{c['episodes']['truncated']} episode(s) never finished and were processed after the timeout (truncated)")
+    groups = c["task_groups"]
+    if advantage in GROUP_ADVANTAGES and groups["single_episode"]:
+        which = "all" if groups["single_episode"] == groups["total"] else f"{groups['single_episode']} of"
+        notes.append(
+            f"{which} {groups['total']} task group(s) hold a single episode, so --advantage {advantage} gives their "
+            f"{groups['single_episode_transitions']} transition(s) an advantage of 0 (nothing to compare with): "
+            "sample several episodes per task (the same task_id), or build with --advantage batch "
+            "(baseline: the mean return of all episodes of the build) or --advantage none (the return itself)"
+        )
     return notes

@@ -19,6 +19,9 @@ ones in the baseline:
 
 - ``grpo``: ``(G_t - mean) / std`` (population std; when the std is 0 only the mean is removed);
 - ``rloo``: ``G_t - mean of the other episodes' returns`` (a lone episode is its own baseline);
+- ``batch``: ``G_t - mean`` over every episode of the build, whatever its task: a baseline for
+  data with one episode per task, where a task group of one gives GRPO and RLOO nothing to
+  compare with (their advantages are all 0; ``counts.warnings`` says so);
 - ``none``: ``G_t``.
 """
 
@@ -66,6 +69,7 @@ def assign_credit(calls: pl.DataFrame, *, credit: str, gamma: float, advantage: 
             pl.col("episode_return").std(ddof=0).over(group).fill_null(0.0).alias("group_std"),
             pl.col("episode_return").sum().over(group).alias("group_sum"),
             pl.len().over(group).alias("group_size"),
+            pl.col("episode_return").mean().alias("batch_mean"),
         )
     )
     df = df.join(episodes.drop("task_id"), on="episode_id", how="left", maintain_order="left")
@@ -78,10 +82,12 @@ def assign_credit(calls: pl.DataFrame, *, credit: str, gamma: float, advantage: 
         others = (pl.col("group_sum") - pl.col("episode_return")) / (pl.col("group_size") - 1)
         baseline = pl.when(pl.col("group_size") > 1).then(others).otherwise(pl.col("episode_return"))
         adv = g - baseline
+    elif advantage == "batch":
+        adv = g - pl.col("batch_mean")
     else:
         adv = g
     return df.with_columns(adv.cast(pl.Float64).alias("advantage")).drop(
-        "episode_return", "group_mean", "group_std", "group_sum", "group_size"
+        "episode_return", "group_mean", "group_std", "group_sum", "group_size", "batch_mean"
     )
 
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from tracerl.pipeline.source import PipelineInputError
 
 CREDITS = ("identical", "discounted")  # see tracerl.pipeline.credit
-ADVANTAGES = ("grpo", "rloo", "none")
+ADVANTAGES = ("grpo", "rloo", "batch", "none")  # see tracerl.pipeline.credit
+GROUP_ADVANTAGES = ("grpo", "rloo")  # compare episodes of one task: a group of one gets advantage 0
 EXPORTS = ("openrlhf", "hf")  # see tracerl.pipeline.exports
 
 

@@ -46,6 +46,7 @@ def test_identical_credit_and_grpo_per_task(data_dir, tmp_path):
     assert manifest["counts"]["transitions"] == 6 and manifest["counts"]["episodes"]["emitted"] == 3
     assert manifest["schema_version"] == 1 and manifest["parameters"]["credit"] == "identical"
     assert manifest["watermark"]["episodes_processed"] == 3
+    assert any(w.startswith("1 of 2 task group(s) hold a single episode") for w in manifest["warnings"])
 
 
 def test_same_input_gives_the_same_rows(data_dir, tmp_path):
@@ -60,6 +61,22 @@ def test_rebuilding_into_the_same_folder_replaces_the_dataset(data_dir, tmp_path
     build_dataset(data_dir, tmp_path / "out")
     build_dataset(data_dir, tmp_path / "out")
     assert dataset_table(tmp_path / "out").num_rows == 2
+
+
+def test_one_episode_per_task_is_not_a_silently_useless_dataset(data_dir, tmp_path):
+    # the README's first pattern: one episode per task; GRPO has no baseline in a group of one
+    write_spans(data_dir, _two_call_episode("e1", "t1", 1.0) + _two_call_episode("e2", "t2", 0.0)
+                + _two_call_episode("e3", "t3", 0.5))
+    manifest = build_dataset(data_dir, tmp_path / "grpo")
+    assert {r["advantage"] for r in dataset_table(tmp_path / "grpo").to_pylist()} == {0.0}
+    assert manifest["counts"]["task_groups"] == {"total": 3, "single_episode": 3, "single_episode_transitions": 6}
+    [warning] = [w for w in manifest["warnings"] if "single episode" in w]
+    assert warning.startswith("all 3 task group(s) hold a single episode, so --advantage grpo gives their 6 transition(s)")
+    assert "sample several episodes per task" in warning and "--advantage batch" in warning and "--advantage none" in warning
+    # the batch baseline: the mean return of the three episodes, 0.5
+    manifest = build_dataset(data_dir, tmp_path / "batch", advantage="batch")
+    assert [r["advantage"] for r in dataset_table(tmp_path / "batch").to_pylist()] == [0.5, 0.5, -0.5, -0.5, 0.0, 0.0]
+    assert not [w for w in manifest["warnings"] if "single episode" in w]
 
 
 def test_episode_without_reward_and_calls_without_token_ids_are_skipped_and_counted(data_dir, tmp_path):

@@ -55,6 +55,14 @@ def test_equal_returns_and_lone_episodes_get_zero_advantage():
         assert _column(df, "advantage") == [0.0, 0.0, 0.0]
 
 
+def test_batch_baseline_is_the_mean_return_of_all_episodes_whatever_their_task():
+    # one episode per task: GRPO and RLOO give 0 (above); batch compares with the mean of the
+    # episode returns 1, 0, 0.5 (a1's two calls count once) = 0.5
+    calls = [("a1", "a", 0, 0.0), ("a1", "a", 1, 1.0), ("b1", "b", 0, 0.0), ("c1", "c", 0, 0.5)]
+    df = assign_credit(_calls(calls), credit="identical", gamma=1.0, advantage="batch")
+    assert _column(df, "advantage") == pytest.approx([0.5, 0.5, -0.5, 0.0])
+
+
 def test_episodes_without_a_task_form_one_group():
     calls = [("n1", None, 0, 1.0), ("n2", None, 0, 0.0)]
     df = assign_credit(_calls(calls), credit="identical", gamma=1.0, advantage="rloo")

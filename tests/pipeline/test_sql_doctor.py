@@ -44,6 +44,16 @@ def test_sql_command_runs_one_query_over_a_built_dataset(data_dir, tmp_path):
     assert bad.exit_code == 2 and "query failed" in bad.output
 
 
+def test_doctor_names_task_groups_of_one_episode_and_the_choices(data_dir):
+    write_spans(data_dir, [row for ep, task in (("e1", "t1"), ("e2", "t2")) for row in
+                           (episode_span(ep, 0, 100, task=task), llm_call(ep, "c1", 1, 10, [1], [2]), reward_span(ep, "r", 30, 1.0))])
+    report = json.loads(CliRunner().invoke(app, ["pipeline", "doctor", "--spans", str(data_dir), "--json"]).output)
+    assert any(n.startswith("all 2 task group(s) hold a single episode, so --advantage grpo") for n in report["notes"])
+    none = CliRunner().invoke(app, ["pipeline", "doctor", "--spans", str(data_dir), "--advantage", "none", "--json"])
+    assert none.exit_code == 0, none.output
+    assert not [n for n in json.loads(none.output)["notes"] if "single episode" in n]
+
+
 def test_sql_examples_need_no_data():
     result = CliRunner().invoke(app, ["sql", "--examples"])
     assert result.exit_code == 0, result.output
@@ -60,5 +70,7 @@ def test_doctor_explains_every_loss_with_counts(data_dir):
     funnel = dict(report["funnel"])
     assert (funnel["LLM calls"], funnel["transitions"]) == (5, 4)
     assert "1 LLM call(s) in episodes with no reward (emit tracerl.reward or pass --rewards)" in report["notes"]
+    # e1 and e2 share task t1; e3 (task t2) has no reward, so no group of one
+    assert not [n for n in report["notes"] if "single episode" in n]
     result = CliRunner().invoke(app, ["pipeline", "doctor", "--spans", str(data_dir), "--agents", "planner"])
     assert "--agents 'planner' matched no agent; agent names seen: solver, (none)" in result.output
