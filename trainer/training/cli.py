@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tracerl.trainer.publish import TARGET_KINDS, BuiltinServer
 from tracerl.trainer.training.config import BACKENDS, OpenRLHFOptions, TrainConfig
@@ -18,9 +16,10 @@ console = Console(stderr=True)
 
 
 def train(
-    dataset: Path = typer.Option(..., "--dataset", help="Folder written by `tracerl pipeline build-dataset`."),
-    model: Path = typer.Option(..., "--model", help="Hugging Face checkpoint of the current policy."),
-    out: Path = typer.Option(..., "--out", help="Where to write the new checkpoint."),
+    ctx: typer.Context,
+    dataset: Optional[Path] = typer.Option(None, "--dataset", help="Folder written by `tracerl pipeline build-dataset` (required)."),
+    model: Optional[Path] = typer.Option(None, "--model", help="Hugging Face checkpoint of the current policy (required)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Where to write the new checkpoint (required)."),
     backend: str = typer.Option(
         BACKENDS[0], "--backend", help=f"{' or '.join(BACKENDS)}: torch is the built-in CPU trainer, openrlhf trains on GPUs (trainer/README.md)."
     ),
@@ -46,11 +45,19 @@ def train(
     ref_model: Optional[Path] = typer.Option(None, "--ref-model", help="openrlhf: frozen reference policy of a KL penalty (with --kl-coef)."),
     kl_coef: float = typer.Option(OpenRLHFOptions.kl_coef, "--kl-coef", min=0.0, help="openrlhf: weight of the k3 KL to --ref-model."),
 ) -> None:
-    """One clipped policy-gradient pass over a dataset: a new checkpoint with its manifest, optionally published."""
+    """One clipped policy-gradient pass over a dataset: a new checkpoint with its manifest, optionally published.
+
+    `tracerl train run` and `tracerl train loop` are the scheduled rounds (trainer/README.md).
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    missing = [name for name, value in (("--dataset", dataset), ("--model", model), ("--out", out)) if value is None]
+    if missing:
+        raise typer.BadParameter("missing: tracerl train --dataset DATASET --model CKPT --out CKPT-next", param_hint=", ".join(missing))
     from tracerl.trainer.publish import PublishError, publish, target_for
-    from tracerl.trainer.training.backend import TrainingBackend
-    from tracerl.trainer.training.checkpoint import read_checkpoint_manifest, write_checkpoint_manifest
-    from tracerl.trainer.training.dataset import DatasetError, check_schema_version, read_dataset
+    from tracerl.trainer.training.checkpoint import write_checkpoint_manifest
+    from tracerl.trainer.training.dataset import DatasetError
+    from tracerl.trainer.training.run import train_checkpoint
 
     if backend not in BACKENDS:
         raise typer.BadParameter(f"unknown backend {backend!r}: use {' or '.join(BACKENDS)}", param_hint="--backend")
@@ -62,40 +69,20 @@ def train(
         target = target_for(server, server_kind) if server else None
     except PublishError as exc:
         raise typer.BadParameter(str(exc), param_hint="--server-kind") from exc
-    parent_version = (read_checkpoint_manifest(model) or {}).get("policy_version")
+    config = TrainConfig(learning_rate=learning_rate, epochs=epochs, minibatch_size=minibatch_size, clip_epsilon=clip_epsilon, seed=seed)
+    options = OpenRLHFOptions(
+        zero_stage=zero_stage, dtype=dtype, lora_rank=lora_rank, lora_alpha=lora_alpha, gradient_checkpointing=gradient_checkpointing,
+        reference_model=str(ref_model) if ref_model else None, kl_coef=kl_coef,
+    )
     try:
-        samples, skipped = read_dataset(dataset, max_policy_lag=max_policy_lag, policy_version=parent_version)
-        dataset_manifest = check_schema_version(dataset)
+        trained = train_checkpoint(
+            dataset, model, out, backend=backend, config=config, options=options if backend == "openrlhf" else None,
+            max_policy_lag=max_policy_lag, version=version,
+        )
     except DatasetError as exc:
         raise typer.BadParameter(str(exc), param_hint="--dataset") from exc
-    config = TrainConfig(learning_rate=learning_rate, epochs=epochs, minibatch_size=minibatch_size, clip_epsilon=clip_epsilon, seed=seed)
-    if backend == "openrlhf":
-        from tracerl.trainer.training.openrlhf_backend import OpenRLHFTrainer
-
-        options = OpenRLHFOptions(
-            zero_stage=zero_stage, dtype=dtype, lora_rank=lora_rank, lora_alpha=lora_alpha, gradient_checkpointing=gradient_checkpointing,
-            reference_model=str(ref_model) if ref_model else None, kl_coef=kl_coef,
-        )
-        trainer: TrainingBackend = OpenRLHFTrainer(model, config, options)
-    else:
-        from tracerl.trainer.training.torch_backend import PolicyTrainer
-
-        trainer = PolicyTrainer(model, config)
-    lead = getattr(trainer, "rank", 0) == 0  # under a multi-GPU launcher, rank 0 speaks and publishes
-    with Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=not lead) as bar:
-        task = bar.add_task("train", total=None)
-        stats = trainer.train(samples, progress=lambda done, total: bar.update(task, completed=done, total=total))
-    manifest = {
-        "backend": backend,
-        "parent": str(model.resolve()),
-        "parent_version": parent_version,
-        "policy_version": version,
-        "dataset": {"path": str(dataset.resolve()), "manifest": dataset_manifest, "skipped": skipped},
-        "config": {**asdict(config), **({"openrlhf": asdict(options)} if backend == "openrlhf" else {})},
-        "metrics": stats.as_dict(),
-    }
-    checkpoint = trainer.save(out, manifest)
-    if not lead:
+    checkpoint, manifest, stats, skipped = trained.checkpoint, trained.manifest, trained.metrics, trained.skipped
+    if not trained.lead:
         return
     result = {"checkpoint": str(checkpoint), "backend": backend, **stats.as_dict(), "skipped": skipped}
     if target is not None:
@@ -111,5 +98,9 @@ def train(
     typer.echo(json.dumps(result))
 
 
-def register(app: typer.Typer) -> None:
-    app.command("train")(train)
+def register(app: typer.Typer) -> typer.Typer:
+    """Add ``tracerl train`` to ``app``; return it, a group to which the scheduled rounds add ``run`` and ``loop``."""
+    group = typer.Typer(invoke_without_command=True, add_completion=False)
+    group.callback()(train)
+    app.add_typer(group, name="train")
+    return group
