@@ -26,6 +26,7 @@ from opentelemetry.trace import Span, SpanKind
 from wrapt import wrap_function_wrapper
 
 from tracerl.instrumentation import capture_stats, finished_span, llm_span, span_finisher
+from tracerl.instrumentation.answer_readers import installed_reader
 from tracerl.instrumentation.answer_split import RawTokens, split_answer
 from tracerl.instrumentation.answer_stream import SSERewriter, StreamTokens
 from tracerl.instrumentation.call_tokens import Tokens
@@ -75,7 +76,7 @@ def _build_request(wrapped, instance, args, kwargs):
     if options.extra_json:
         body = {**body, **options.extra_json}
     refusal = settings().why_not_ask_tokens(instance.base_url.host)
-    plan, new_body = plan_request(kind, body, refusal is None, refusal)
+    plan, new_body = plan_request(kind, body, refusal is None, refusal, others_read_answer=installed_reader() is not None)
     if new_body is not None:
         # `options` is the SDK's own copy for this attempt: retries start again from theirs
         options.json_data, options.extra_json = new_body, None

@@ -3,7 +3,8 @@
 The agent must see exactly what it would see without tracerl: a request is rewritten to
 ask vLLM (or tracerl's server) for what training needs (``return_token_ids``, log-probs)
 only where the agent did not ask for them itself, and the :class:`Plan` remembers which
-fields were added, for :mod:`~tracerl.instrumentation.answer_split` (whole answers) and
+fields were added (and are needed by nobody else in the process), for
+:mod:`~tracerl.instrumentation.answer_split` (whole answers) and
 :mod:`~tracerl.instrumentation.answer_stream` (streamed ones) to take out again.
 """
 
@@ -40,19 +41,26 @@ class Plan:
     reason: str | None = None  # why tokens were not asked for
 
 
-def plan_request(kind: str, body: Mapping[str, Any], ask: bool, reason: str | None = None) -> tuple[Plan, dict | None]:
-    """The plan for a request body and the body to send (``None``: send it unchanged)."""
+def plan_request(
+    kind: str, body: Mapping[str, Any], ask: bool, reason: str | None = None, *, others_read_answer: bool = False,
+) -> tuple[Plan, dict | None]:
+    """The plan for a request body and the body to send (``None``: send it unchanged).
+
+    ``others_read_answer``: another instrumentation in the process reads token ids and
+    log-probs from the answer (:mod:`~tracerl.instrumentation.answer_readers`); what tracerl
+    adds then stays in the answer, as someone besides tracerl needs it.
+    """
     stream = bool(body.get("stream"))
     if not ask:
         return Plan(kind, False, False, False, stream, reason), None
     new = dict(body)
-    strip_ids = not body.get(A.VLLM_RETURN_TOKEN_IDS_FIELD)
+    strip_ids = not body.get(A.VLLM_RETURN_TOKEN_IDS_FIELD) and not others_read_answer
     new[A.VLLM_RETURN_TOKEN_IDS_FIELD] = True
     if kind == "chat":
-        strip_logprobs = not body.get("logprobs")
+        strip_logprobs = not body.get("logprobs") and not others_read_answer
         new["logprobs"] = True
     else:
-        strip_logprobs = body.get("logprobs") is None
-        if strip_logprobs:
+        strip_logprobs = body.get("logprobs") is None and not others_read_answer
+        if body.get("logprobs") is None:
             new["logprobs"] = 1
     return Plan(kind, True, strip_ids, strip_logprobs, stream), new

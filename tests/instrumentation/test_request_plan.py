@@ -40,3 +40,12 @@ def test_completions_log_probs_are_a_count_and_zero_is_the_agent_s_own(asked, st
 def test_a_refused_request_is_sent_unchanged_with_the_reason():
     plan, sent = plan_request("chat", {"messages": MESSAGES}, ask=False, reason="hosted API api.openai.com")
     assert sent is None and not plan.ask and plan.reason == "hosted API api.openai.com"
+
+
+@pytest.mark.parametrize("kind", ["chat", "completions"])
+def test_fields_another_instrumentation_reads_from_the_answer_stay_in_it(kind):
+    # agentlightning's patched AgentOps records token ids and log-probs from the answer after tracerl
+    body = {"messages": MESSAGES} if kind == "chat" else {"prompt": "2+2="}
+    plan, sent = plan_request(kind, body, ask=True, others_read_answer=True)
+    assert sent["return_token_ids"] and sent["logprobs"]
+    assert not plan.strip_token_ids and not plan.strip_logprobs
