@@ -16,6 +16,7 @@ _PUBLIC = {
     "agent": "tracerl.instrumentation.episodes",
     "emit_reward": "tracerl.instrumentation.episodes",
     "episode": "tracerl.instrumentation.episodes",
+    "episode_base_url": "tracerl.instrumentation.episodes",
     "instrument": "tracerl.instrumentation.setup",
 }
 __all__ = sorted(_PUBLIC)

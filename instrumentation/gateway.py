@@ -6,8 +6,10 @@ their base URL at the gateway and it forwards each request to the upstream serve
 in-process hook does, and records one span per call with the exact tokens. The agent
 gets the upstream's answer minus what was added: same status, same body, same
 streaming; upstream errors pass through unchanged. W3C ``traceparent``/``baggage``
-headers sent by the agent put the call in its trace and episode. Credentials are
-forwarded upstream and never recorded.
+headers sent by the agent put the call in its trace and episode; a client that sends
+none (LiteLLM, most agents in other languages) calls an episode-scoped base URL instead,
+``/e/<token>/v1`` (``Episode.base_url``), whose token carries the same context.
+Credentials are forwarded upstream and never recorded.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import httpx
 import orjson
 from opentelemetry import propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
@@ -29,6 +32,7 @@ from starlette.routing import Route
 from tracerl.instrumentation import llm_span
 from tracerl.instrumentation.answer_split import split_answer
 from tracerl.instrumentation.answer_stream import SSERewriter, StreamTokens
+from tracerl.instrumentation.episodes import EpisodeTokenError, context_from_token
 from tracerl.instrumentation.request_plan import Plan, endpoint_kind, plan_request
 from tracerl.instrumentation.token_attributes import record
 from tracerl.schemas import attributes as A
@@ -42,6 +46,17 @@ _DROP_HEADERS = frozenset(
 
 def _forward_headers(headers: Any) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _DROP_HEADERS}
+
+
+_EPISODE_PREFIX = f"/{A.GATEWAY_EPISODE_PATH}/"
+
+
+def _episode_scope(path: str) -> tuple[str, Context | None]:
+    """``/e/TOKEN/v1/chat/completions`` -> (``/v1/chat/completions``, the token's context)."""
+    if not path.startswith(_EPISODE_PREFIX):
+        return path, None
+    token, _, rest = path[len(_EPISODE_PREFIX):].partition("/")
+    return "/" + rest, context_from_token(token)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -67,7 +82,10 @@ class Gateway:
         await self.client.aclose()
 
     async def handle(self, request: Request) -> Response:
-        path = "/" + request.path_params["path"]
+        try:
+            path, episode = _episode_scope("/" + request.path_params["path"])
+        except EpisodeTokenError as exc:
+            return _error(400, f"tracerl gateway: {exc}; call the base URL that Episode.base_url() returned")
         body = await request.body()
         kind = endpoint_kind(path) if request.method == "POST" else None
         parsed = None
@@ -78,7 +96,7 @@ class Gateway:
                 parsed = None  # not ours to judge: the upstream answers it
         if not isinstance(parsed, dict):
             return await self._pass_through(request, path, body)
-        return await self._llm_call(request, path, kind, parsed)
+        return await self._llm_call(request, path, kind, parsed, episode)
 
     async def _send(self, request: Request, path: str, content: bytes) -> httpx.Response | JSONResponse:
         upstream_request = self.client.build_request(
@@ -100,14 +118,14 @@ class Gateway:
             background=BackgroundTask(upstream.aclose),
         )
 
-    async def _llm_call(self, request: Request, path: str, kind: str, body: dict) -> Response:
+    async def _llm_call(self, request: Request, path: str, kind: str, body: dict, episode: Context | None) -> Response:
         refusal = settings().why_not_ask_tokens(httpx.URL(self.upstream).host)
         plan, new_body = plan_request(kind, body, refusal is None, refusal)
         model = body.get("model")
         operation = llm_span.operation(kind)
         span = self.tracer.start_span(
             f"{operation} {model}" if model else operation,
-            context=propagate.extract(request.headers),
+            context=episode if episode is not None else propagate.extract(request.headers),
             kind=SpanKind.CLIENT,
             attributes=llm_span.request_attributes(kind, body, settings().capture_content),
         )

@@ -86,6 +86,11 @@ CONTENT_LENGTH_HEADER = "content-length"
 RETRY_AFTER_HEADER = "retry-after"  # seconds; OTLP exporters wait that long after a 429/503
 GRPC_STATUS_DETAILS_KEY = "grpc-status-details-bin"  # trailing metadata: a google.rpc.Status
 
+# tracerl gateway: an episode-scoped base URL is GATEWAY/<GATEWAY_EPISODE_PATH>/<token>/v1, the
+# token being the episode's W3C trace context and baggage (instrumentation/episodes.py), for
+# agents whose HTTP client sends no trace headers
+GATEWAY_EPISODE_PATH = "e"
+
 # Arrow schema metadata of every tracerl table, kept in each of its Parquet files
 TABLE_METADATA_KEY = "tracerl.table"  # spans, logs, rewards, dataset
 SCHEMA_VERSION_METADATA_KEY = "tracerl.schema_version"  # the table's schema version, as text

@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["instrument", "episode", "emit_reward", "agent", "__version__"]
+__all__ = ["instrument", "episode", "emit_reward", "agent", "episode_base_url", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("instrument", "episode", "emit_reward", "agent"):
+    if name in ("instrument", "episode", "emit_reward", "agent", "episode_base_url"):
         from tracerl import instrumentation
 
         return getattr(instrumentation, name)
