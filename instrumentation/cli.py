@@ -18,6 +18,7 @@ def run(
     split: Optional[str] = typer.Option(None, "--split", help="train, val or test (with --task-id)."),
     episode_id: Optional[str] = typer.Option(None, "--episode-id", help="Episode id for the whole run (default: random, with --task-id)."),
     content: Optional[bool] = typer.Option(None, "--content/--no-content", help="Record prompts and completions (default: yes)."),
+    http_spans: bool = typer.Option(True, "--http-spans/--no-http-spans", help="Make HTTP client spans (each captured LLM call's transport; needed to name LLM requests no hook recognised)."),
 ) -> None:
     """Run CMD with capture on, no code change: `tracerl run -- python agent.py`."""
     from tracerl.instrumentation.run import capture_env, exec_captured
@@ -33,6 +34,7 @@ def run(
         split=split,
         episode_id=episode_id,
         capture_content=content,
+        http_spans=http_spans,
     )
     try:
         exec_captured(command, env)

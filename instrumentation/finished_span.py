@@ -61,7 +61,7 @@ def emit(
     attributes: dict[str, Any],
     start_ns: int,
     end_ns: int,
-    error: bool = False,
+    status: Status = Status(StatusCode.UNSET),
 ) -> bool:
     """Give the provider's processors the span the SDK would have made; False if not taken."""
     route = _route(tracer)
@@ -102,7 +102,7 @@ def emit(
             resource=parts.resource,
             attributes=recorded,
             kind=kind,
-            status=Status(StatusCode.ERROR) if error else Status(StatusCode.UNSET),
+            status=status,
             start_time=start_ns,
             end_time=end_ns,
             instrumentation_info=parts.instrumentation_info,

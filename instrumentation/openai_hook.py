@@ -11,10 +11,8 @@ they are active); otherwise tracerl makes it (the default: the cheapest capture)
 
 from __future__ import annotations
 
-import atexit
 import functools
 import importlib
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,21 +20,20 @@ from typing import Any
 import orjson
 from opentelemetry import context, trace
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
-from opentelemetry.trace import Span, SpanKind
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from wrapt import wrap_function_wrapper
 
 from tracerl.instrumentation import capture_stats, finished_span, llm_span, span_finisher
 from tracerl.instrumentation.answer_readers import installed_reader
 from tracerl.instrumentation.answer_split import RawTokens, split_answer
 from tracerl.instrumentation.answer_stream import SSERewriter, StreamTokens
+from tracerl.instrumentation.call_failure import CallFailure
 from tracerl.instrumentation.call_tokens import Tokens
-from tracerl.instrumentation.processor import agent_name, is_llm_span, llm_span_chain
+from tracerl.instrumentation.processor import agent_name, is_llm_span, llm_request_captured, llm_span_chain
 from tracerl.instrumentation.request_plan import endpoint_kind, plan_request
 from tracerl.instrumentation.settings import settings
 from tracerl.instrumentation.token_attributes import record, token_attributes
 from tracerl.schemas import attributes as A
-
-logger = logging.getLogger(__name__)
 
 PLAN_EXTENSION = "tracerl.plan"
 _installed = False
@@ -54,15 +51,7 @@ def install() -> None:
     wrap_function_wrapper("openai._base_client", "BaseClient._build_request", _build_request)
     wrap_function_wrapper("openai._base_client", "SyncAPIClient._send_request", _send_request)
     wrap_function_wrapper("openai._base_client", "AsyncAPIClient._send_request", _send_request_async)
-    atexit.register(_report)
     _installed = True
-
-
-def _report() -> None:
-    span_finisher.drain()  # the counts of calls whose spans are still being finished
-    line = capture_stats.STATS.report()
-    if line:
-        logger.warning(line)
 
 
 def _build_request(wrapped, instance, args, kwargs):
@@ -123,9 +112,7 @@ class _Capture:
         self.stream_tokens: StreamTokens | None = None
 
     def response(self, response: Any) -> Any:
-        if response.status_code >= 400:
-            self.finish(error=True)
-            return response
+        """The response handed back at once (a stream, a failure), or None: read its body."""
         if self.plan.stream and response.headers.get("content-type", "").startswith("text/event-stream"):
             if response.headers.get("content-encoding", "identity") != "identity":
                 self.finish()
@@ -177,19 +164,24 @@ class _Capture:
             )
         )
 
-    def finish(self, read: Read | None = None, error: bool = False) -> None:
+    def fail(self, response: Any) -> Any:
+        """An error answer, its body read: the span records the status and the server's message."""
+        self.finish(failure=CallFailure.from_status(response.status_code, response.content))
+        return response
+
+    def finish(self, read: Read | None = None, failure: CallFailure | None = None) -> None:
         if self._finished:
             return
         self._finished = True
         if self.span is not None:
-            if not error:
+            if failure is None:
                 tokens = read(False)[0] if read is not None else None  # its maker describes the answer
                 record(llm_span_chain(self.span), self.plan, tokens, settings().token_encoding)
             return
         end_ns = time.time_ns()
-        span_finisher.submit(lambda: self._make_span(read, error, end_ns))
+        span_finisher.submit(lambda: self._make_span(read, failure, end_ns))
 
-    def _make_span(self, read: Read | None, error: bool, end_ns: int) -> None:
+    def _make_span(self, read: Read | None, failure: CallFailure | None, end_ns: int) -> None:
         """tracerl's span of this call, made whole in one go (on the finisher thread)."""
         current = settings()
         kind = self.plan.kind
@@ -200,17 +192,21 @@ class _Capture:
         attributes = llm_span.request_attributes(kind, request, current.capture_content)
         if self.agent:
             attributes[A.GEN_AI_AGENT_NAME] = self.agent
-        if not error:
+        status = Status(StatusCode.UNSET)
+        if failure is None:
             tokens, described = read(True) if read is not None else (None, {})
             attributes.update(described)
             attributes.update(token_attributes(self.plan, tokens, current.token_encoding))
+        else:
+            status = Status(StatusCode.ERROR, failure.message())
+            attributes[A.ERROR_TYPE] = failure.error_type
+            capture_stats.STATS.add_failure(failure.error_type, status.description)
         name = f"{llm_span.operation(kind)} {self.model}" if self.model else llm_span.operation(kind)
         tracer = _tracer()
-        if finished_span.emit(tracer, name, self.parent, SpanKind.CLIENT, attributes, self.start_ns, end_ns, error):
+        if finished_span.emit(tracer, name, self.parent, SpanKind.CLIENT, attributes, self.start_ns, end_ns, status):
             return
         span = tracer.start_span(name, context=self.parent, kind=SpanKind.CLIENT, attributes=attributes, start_time=self.start_ns)
-        if error:
-            span.set_status(trace.StatusCode.ERROR)
+        span.set_status(status)
         span.end(end_time=end_ns)
 
 
@@ -268,11 +264,17 @@ def _send_request(wrapped, instance, args, kwargs):
     if PLAN_EXTENSION not in request.extensions:
         return wrapped(*args, **kwargs)
     capture = _Capture(request)
+    in_flight = llm_request_captured.set(True)
     try:
         response = wrapped(*args, **kwargs)
-    except BaseException:
-        capture.finish(error=True)
+    except BaseException as error:
+        capture.finish(failure=CallFailure.from_exception(error))
         raise
+    finally:
+        llm_request_captured.reset(in_flight)
+    if response.status_code >= 400:
+        response.read()  # the SDK reads it too, to raise with the server's message
+        return capture.fail(response)
     handled = capture.response(response)
     if handled is not None:
         return handled
@@ -285,11 +287,17 @@ async def _send_request_async(wrapped, instance, args, kwargs):
     if PLAN_EXTENSION not in request.extensions:
         return await wrapped(*args, **kwargs)
     capture = _Capture(request)
+    in_flight = llm_request_captured.set(True)
     try:
         response = await wrapped(*args, **kwargs)
-    except BaseException:
-        capture.finish(error=True)
+    except BaseException as error:
+        capture.finish(failure=CallFailure.from_exception(error))
         raise
+    finally:
+        llm_request_captured.reset(in_flight)
+    if response.status_code >= 400:
+        await response.aread()  # the SDK reads it too, to raise with the server's message
+        return capture.fail(response)
     handled = capture.response(response)
     if handled is not None:
         return handled

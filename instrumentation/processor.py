@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any
+from urllib.parse import urlsplit
 
 from opentelemetry import baggage, trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import SpanKind
 
-from tracerl.instrumentation import span_finisher
+from tracerl.instrumentation import capture_stats, span_finisher
 from tracerl.instrumentation.privacy import ContentPolicy
+from tracerl.instrumentation.request_plan import endpoint_kind
 from tracerl.instrumentation.sdk_internals import filter_attribute_writes
 from tracerl.instrumentation.settings import Settings
 from tracerl.schemas import attributes as A
@@ -50,6 +54,23 @@ def is_llm_span(span: object) -> bool:
     if attributes.get(A.GEN_AI_OPERATION) in _LLM_OPERATIONS:
         return True
     return any(attributes.get(key) in _LLM_OPERATIONS for key in _REQUEST_TYPE_KEYS)
+
+
+# True while an LLM hook (openai_hook) sends a request it captures: the HTTP client span
+# started inside is that call's transport; an LLM request's HTTP span outside is unrecognised.
+llm_request_captured: ContextVar[bool] = ContextVar("tracerl_llm_request_captured", default=False)
+
+
+def _http_llm_request(span: Span) -> str | None:
+    """``METHOD url`` of an HTTP client span that posts to an LLM endpoint, else None."""
+    attributes = span.attributes
+    method = attributes.get(A.HTTP_REQUEST_METHOD) or attributes.get(A.HTTP_METHOD_OLD)
+    if method != "POST":
+        return None
+    url = attributes.get(A.URL_FULL) or attributes.get(A.HTTP_URL_OLD)
+    if not isinstance(url, str) or endpoint_kind(urlsplit(url).path) is None:
+        return None
+    return f"{method} {url.split('?', 1)[0]}"
 
 
 def llm_span_chain(span: Span) -> Iterator[Span]:
@@ -96,6 +117,17 @@ class TracerlSpanProcessor(SpanProcessor):
             span.set_attribute(key, value)
         if is_llm_span(span):
             _llm_spans[span.context.span_id] = span
+        elif span.kind is SpanKind.CLIENT and span.attributes and (request := _http_llm_request(span)):
+            self._mark_http_llm_request(span, request)
+
+    @staticmethod
+    def _mark_http_llm_request(span: Span, request: str) -> None:
+        if llm_request_captured.get():
+            span.set_attribute(A.HTTP_LLM_REQUEST, A.HTTP_LLM_REQUEST_CAPTURED)
+            capture_stats.STATS.add_http_llm_span(A.HTTP_LLM_REQUEST_CAPTURED)
+        else:
+            span.set_attribute(A.HTTP_LLM_REQUEST, A.HTTP_LLM_REQUEST_UNRECOGNISED)
+            capture_stats.STATS.add_http_llm_span(A.HTTP_LLM_REQUEST_UNRECOGNISED, request)
 
     def finished_attributes(self, attributes: Mapping[str, Any], parent_context: Context | None) -> dict[str, Any]:
         """The attributes a span started with ``attributes`` would have once through
@@ -123,7 +155,7 @@ class TracerlSpanProcessor(SpanProcessor):
         return stamps
 
     def on_end(self, span: ReadableSpan) -> None:
-        pass
+        capture_stats.STATS.add_span()
 
     # Runs first among the provider's processors (see ``setup.install_hooks``): the LLM-call
     # spans still being finished off the calling thread must end before the exporting

@@ -22,6 +22,8 @@ from tracerl.instrumentation import settings as S
 
 DISABLED_ENV = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
 OPENLLMETRY_ENTRY_POINT = "openai"  # opentelemetry_instrumentor entry point of OpenLLMetry
+# opentelemetry_instrumentor entry points of the HTTP clients, switched off by --no-http-spans
+HTTP_CLIENT_ENTRY_POINTS = ("httpx", "httpx2", "requests", "urllib3", "urllib", "aiohttp-client")
 
 
 def capture_env(
@@ -33,9 +35,16 @@ def capture_env(
     split: str | None = None,
     episode_id: str | None = None,
     capture_content: bool | None = None,
+    http_spans: bool = True,
 ) -> dict[str, str]:
-    """The environment a captured program runs with (``base`` plus tracerl's settings)."""
+    """The environment a captured program runs with (``base`` plus tracerl's settings).
+
+    ``http_spans=False`` switches the HTTP client instrumentations off: every captured LLM
+    call also leaves an HTTP client span (its transport), and not making them at all is
+    the cheapest way to skip them; LLM requests no hook recognises are then not seen either.
+    """
     env = dict(base)
+    env[S.RUN_SUMMARY_ENV] = "1"
     if otlp_endpoint:
         env["OTEL_TRACES_EXPORTER"] = "otlp"
         env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = otlp_endpoint
@@ -60,10 +69,14 @@ def capture_env(
         env[S.SPLIT_ENV] = split
     if capture_content is not None:
         env[S.CAPTURE_CONTENT_ENV] = "true" if capture_content else "false"
+    disabled = [d.strip() for d in env.get(DISABLED_ENV, "").split(",") if d.strip()]
     if env.get(S.LLM_SPANS_ENV, "tracerl") != "openllmetry":
         # tracerl makes the LLM-call spans itself; OpenLLMetry would add a second, slower one
-        disabled = [d.strip() for d in env.get(DISABLED_ENV, "").split(",") if d.strip()]
-        env[DISABLED_ENV] = ",".join(dict.fromkeys([*disabled, OPENLLMETRY_ENTRY_POINT]))
+        disabled.append(OPENLLMETRY_ENTRY_POINT)
+    if not http_spans:
+        disabled.extend(HTTP_CLIENT_ENTRY_POINTS)
+    if disabled:
+        env[DISABLED_ENV] = ",".join(dict.fromkeys(disabled))
     hook_dir = str(Path(auto_instrumentation.__file__).parent)
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != hook_dir]
     cwd = os.getcwd()

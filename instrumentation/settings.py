@@ -26,6 +26,7 @@ AGENT_NAME_ENV = "TRACERL_AGENT_NAME"
 # Who makes the LLM-call spans: tracerl's own (light, the default) or OpenLLMetry's
 # (richer attributes, about 5 ms of CPU per sync call: measured in benchmarks/).
 LLM_SPANS_ENV = "TRACERL_LLM_SPANS"  # tracerl | openllmetry
+RUN_SUMMARY_ENV = "TRACERL_RUN_SUMMARY"  # set by `tracerl run`: print the counts at exit
 
 #: How often (ms) the batch span processor in front of tracerl's Parquet exporter hands
 #: spans over (``OTEL_BSP_SCHEDULE_DELAY``; the SDK's default is 5000). Measured in steady

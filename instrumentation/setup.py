@@ -21,7 +21,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from tracerl.instrumentation import frameworks, openai_hook, sdk_internals, span_finisher
+from tracerl.instrumentation import frameworks, openai_hook, run_summary, sdk_internals, span_finisher
 from tracerl.instrumentation.parquet_exporter import CommitOnFlush, ParquetSpanExporter
 from tracerl.instrumentation.processor import TracerlSpanProcessor
 from tracerl.instrumentation.settings import CAPTURE_CONTENT_ENV, PARQUET_HANDOVER_MS, Settings, settings
@@ -51,6 +51,7 @@ def install_hooks(provider: Any) -> None:
         )
     openai_hook.install()
     frameworks.install()
+    run_summary.register()
     _propagate_process_episode(current)
 
 

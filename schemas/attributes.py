@@ -98,6 +98,12 @@ SCHEMA_VERSION_METADATA_KEY = "tracerl.schema_version"  # the table's schema ver
 # Set on an LLM call that has no exact token ids, with the reason (the pipeline counts
 # these calls as skipped instead of guessing tokens).
 TOKEN_IDS_MISSING = "tracerl.llm.token_ids_missing"
+# On an HTTP client span of a POST to an LLM endpoint (.../chat/completions, .../completions):
+# "captured" when an LLM hook made the call's span (the HTTP span is its transport, counted
+# apart by doctor), "unrecognised" when none did (no LLM-call span, no token ids: doctor names it)
+HTTP_LLM_REQUEST = "tracerl.http.llm_request"
+HTTP_LLM_REQUEST_CAPTURED = "captured"
+HTTP_LLM_REQUEST_UNRECOGNISED = "unrecognised"
 
 # The dataset folder `pipeline build-dataset` writes and the trainer reads (pipeline/README.md).
 # Only the transitions are Parquet and visible: the manifest is a dot-file, which pyarrow.dataset,
@@ -111,6 +117,13 @@ SERVICE_NAME = "service.name"  # resource attribute
 EVENT_NAME = "event.name"  # log record attribute, the older place of LogRecord.event_name
 ERROR_TYPE = "error.type"
 HTTP_RESPONSE_STATUS_CODE = "http.response.status_code"
+# An HTTP client span's request (current names, then the older ones the httpx/requests
+# instrumentations still write by default); error.type plus the span's status description
+# (the server's message) is how a failed LLM call's span says why it failed
+HTTP_REQUEST_METHOD = "http.request.method"
+URL_FULL = "url.full"
+HTTP_METHOD_OLD = "http.method"
+HTTP_URL_OLD = "http.url"
 DB_SYSTEM = "db.system"
 DB_SYSTEM_NAME = "db.system.name"  # successor of db.system
 

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import ConcurrentMultiSpanProcessor, SpanLimits, Sp
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from tracerl.instrumentation import finished_span
 from tracerl.instrumentation.processor import TracerlSpanProcessor
@@ -50,22 +50,21 @@ def parent_context() -> context.Context:
     return trace.set_span_in_context(parent, ctx)
 
 
-def through_sdk(provider: TracerProvider, parent: context.Context, error: bool):
+def through_sdk(provider: TracerProvider, parent: context.Context, status: Status):
     span = provider.get_tracer("tracerl").start_span(
         "chat m", context=parent, kind=SpanKind.CLIENT, attributes=ATTRIBUTES, start_time=1_000
     )
-    if error:
-        span.set_status(StatusCode.ERROR)
+    span.set_status(status)
     span.end(end_time=2_000)
 
 
-@pytest.mark.parametrize("error", [False, True])
-def test_the_finished_span_is_what_the_sdk_would_have_exported(error):
+@pytest.mark.parametrize("status", [Status(StatusCode.UNSET), Status(StatusCode.ERROR, "prompt too long")])
+def test_the_finished_span_is_what_the_sdk_would_have_exported(status):
     direct, direct_out = provider_with()
     sdk, sdk_out = provider_with()
     parent = parent_context()
-    assert finished_span.emit(direct.get_tracer("tracerl"), "chat m", parent, SpanKind.CLIENT, dict(ATTRIBUTES), 1_000, 2_000, error)
-    through_sdk(sdk, parent, error)
+    assert finished_span.emit(direct.get_tracer("tracerl"), "chat m", parent, SpanKind.CLIENT, dict(ATTRIBUTES), 1_000, 2_000, status)
+    through_sdk(sdk, parent, status)
 
     (ours,), (theirs,) = direct_out.get_finished_spans(), sdk_out.get_finished_spans()
     assert dict(ours.attributes) == {k: list(v) if isinstance(v, tuple) else v for k, v in theirs.attributes.items()}
@@ -74,7 +73,7 @@ def test_the_finished_span_is_what_the_sdk_would_have_exported(error):
     assert "sk-abcdefghijklmnopqrstuvwx" not in ours.attributes[A.GEN_AI_INPUT_MESSAGES]
     for field in ("name", "kind", "parent", "start_time", "end_time", "resource", "instrumentation_scope"):
         assert getattr(ours, field) == getattr(theirs, field), field
-    assert ours.status.status_code == theirs.status.status_code
+    assert (ours.status.status_code, ours.status.description) == (theirs.status.status_code, theirs.status.description)
     assert ours.context.trace_id == theirs.context.trace_id == 0xABC
     assert ours.context.trace_flags == theirs.context.trace_flags
     assert ours.context.span_id not in (0, theirs.context.span_id)

@@ -103,3 +103,35 @@ def test_spans_can_go_over_otlp_to_a_collector_with_packed_tokens(captured, serv
         time.sleep(0.2)
     assert [r["completion_token_ids"] for r in calls] == [c.token_ids for c in server.calls]
     assert {r["task_id"] for r in calls} == {"otlp-1"}
+
+
+def test_the_exit_summary_says_where_spans_went_and_counts_http_spans_apart(captured):
+    done = captured.tracerl_run(AGENT)
+    assert done.returncode == 0, done.stderr
+    rows = captured.rows()
+    transport = [r for r in rows if json.loads(r["attributes"]).get(A.HTTP_LLM_REQUEST) == A.HTTP_LLM_REQUEST_CAPTURED]
+    assert [r["kind"] for r in transport] == ["CLIENT", "CLIENT"]  # the two calls' HTTP client spans
+    assert (
+        f"tracerl: {len(rows)} spans to {captured.data_dir / 'spans'}; 2 LLM calls: 2 with exact token ids, "
+        "0 without, 0 failed; 2 HTTP client spans of LLM requests (2 of captured calls, 0 unrecognised)"
+    ) in done.stderr
+
+    done = captured.tracerl_run(AGENT, "--no-http-spans")
+    assert done.returncode == 0, done.stderr
+    assert "2 LLM calls: 2 with exact token ids" in done.stderr and "0 HTTP client spans" in done.stderr
+    assert len(captured.rows()) == len(rows) + 2  # the second run adds its two LLM spans, no HTTP span
+
+
+def test_an_llm_request_no_hook_recognises_is_named_at_exit_with_the_fix(captured, server):
+    done = captured.tracerl_run(
+        """
+        import os, httpx
+        httpx.post(os.environ["BASE_URL"] + "/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(server.calls) == 1 and not captured.llm_calls()
+    (http,) = captured.rows()
+    assert json.loads(http["attributes"])[A.HTTP_LLM_REQUEST] == A.HTTP_LLM_REQUEST_UNRECOGNISED
+    assert f"1 LLM requests were seen only as HTTP client spans, with no LLM-call span or token ids (1 x POST {server.base_url}/chat/completions)" in done.stderr
+    assert "point the client at `tracerl gateway`" in done.stderr
