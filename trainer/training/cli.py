@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -75,10 +77,13 @@ def train(
         reference_model=str(ref_model) if ref_model else None, kl_coef=kl_coef,
     )
     try:
-        trained = train_checkpoint(
-            dataset, model, out, backend=backend, config=config, options=options if backend == "openrlhf" else None,
-            max_policy_lag=max_policy_lag, version=version,
-        )
+        # stdout is the JSON line alone: what the libraries print or log there (DeepSpeed's logger
+        # binds sys.stdout when first imported, OpenRLHF prints) goes to stderr
+        with contextlib.redirect_stdout(sys.stderr):
+            trained = train_checkpoint(
+                dataset, model, out, backend=backend, config=config, options=options if backend == "openrlhf" else None,
+                max_policy_lag=max_policy_lag, version=version,
+            )
     except DatasetError as exc:
         raise typer.BadParameter(str(exc), param_hint="--dataset") from exc
     checkpoint, manifest, stats, skipped = trained.checkpoint, trained.manifest, trained.metrics, trained.skipped

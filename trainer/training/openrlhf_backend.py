@@ -182,8 +182,9 @@ class OpenRLHFTrainer:
             result["reference_kl"] = kl_ref.item()
         self.strategy.backward(loss, self.actor, self.optimizer)
         self.strategy.optimizer_step(self.optimizer, self.actor, self.scheduler)
-        if self.world_size > 1:
-            result = self.strategy.all_reduce(result)
+        if self.world_size > 1:  # the means over ranks; the tokens summed
+            tokens = self.strategy.all_reduce(result.pop("tokens"), op="sum")
+            result = {**self.strategy.all_reduce(result), "tokens": tokens}
         return result
 
     def _to_device(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

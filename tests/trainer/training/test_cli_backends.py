@@ -31,7 +31,8 @@ def test_each_backend_skips_stale_rows_counts_them_and_writes_the_manifest(tmp_p
     write_dataset(tmp_path / "ds", ROWS)
     done = _train(tmp_path, tiny_checkpoint, "--backend", backend, "--max-policy-lag", "1", "--epochs", "1")
     assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    [line] = done.stdout.strip().splitlines()  # stdout is the JSON line alone, whatever the backend prints
+    result = json.loads(line)
     assert result["backend"] == backend and result["samples"] == 4  # versions 2 and 3: within 1 of the newest, 3
     assert result["skipped"] == {"policy lag over 1": 2}
     manifest = read_checkpoint_manifest(tmp_path / "v4")
