@@ -2,7 +2,8 @@
 
 The tokenizer is byte-level BPE trained on a few strings (every byte stays
 encodable), the model a small Llama with head_dim 64 (the shape vLLM's CPU kernels
-accept). It is the default policy of ``tracerl serve`` and ``tracerl demo``.
+accept) and untied input and output embeddings (vLLM's CPU ``reload_weights`` leaves a
+tied output head on the old weights). It is the default policy of ``tracerl serve`` and ``tracerl demo``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 from pathlib import Path
 
 TINY_MODEL_NAME = "tracerl-tiny-llama"
-_BUILD_VERSION = 6  # bump when the recipe changes, so stale caches are rebuilt
+_BUILD_VERSION = 7  # bump when the recipe changes, so stale caches are rebuilt
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|end|>"]
 
@@ -83,7 +84,7 @@ def build_tiny_model(path: str | os.PathLike, *, seed: int = 0) -> Path:
         # rotary positions, nothing learned per position: a long context costs no weights, and
         # agents asking for max_tokens=2048 fit (`tracerl serve --max-model-len` serves less)
         max_position_embeddings=4096,
-        tie_word_embeddings=True,
+        tie_word_embeddings=False,  # see the module docstring: vLLM reloads
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tracerl.trainer.demo.config import DemoConfig
+from tracerl.trainer.demo.config import DEMO_SERVERS, DemoConfig
 from tracerl.trainer.training.config import TrainConfig
 
 console = Console(stderr=True)
@@ -24,13 +24,19 @@ def demo(
     seed: int = typer.Option(DemoConfig.seed, "--seed"),
     model: Optional[str] = typer.Option(DemoConfig.model, "--model", help="Starting policy (default: a tiny model built locally)."),
     learning_rate: float = typer.Option(TrainConfig.learning_rate, "--lr"),
+    server: str = typer.Option(
+        DemoConfig.server, "--server",
+        help=f"What serves the policy: {' or '.join(DEMO_SERVERS)} (`vllm serve` from TRACERL_VLLM_PYTHON's venv, reloaded from disk each round).",
+    ),
 ) -> None:
     """Run the whole loop: agent -> spans -> dataset -> training -> refreshed endpoint, round after round."""
     from tracerl.trainer.demo.loop import run_demo
 
+    if server not in DEMO_SERVERS:
+        raise typer.BadParameter(f"{server!r} is not one of {', '.join(DEMO_SERVERS)}", param_hint="--server")
     cfg = DemoConfig(
         out=out, rounds=rounds, tasks_per_round=tasks_per_round, group_size=group_size,
-        eval_tasks=eval_tasks, seed=seed, model=model, train=TrainConfig(learning_rate=learning_rate, seed=seed),
+        eval_tasks=eval_tasks, seed=seed, model=model, server=server, train=TrainConfig(learning_rate=learning_rate, seed=seed),
     )
     columns = (TextColumn("[bold]round {task.completed}/{task.total}"), BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     with Progress(*columns, console=console) as bar:

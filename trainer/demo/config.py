@@ -7,6 +7,8 @@ from pathlib import Path
 
 from tracerl.trainer.training.config import TrainConfig
 
+DEMO_SERVERS = ("tracerl", "vllm")  # what serves the policy: `tracerl serve` in a thread, or `vllm serve` (its own venv)
+
 
 @dataclass
 class DemoConfig:
@@ -17,4 +19,5 @@ class DemoConfig:
     eval_tasks: int = 100  # held-out tasks, run greedily every round
     seed: int = 0
     model: str | None = None  # starting policy; default: the warm-started tiny model
+    server: str = DEMO_SERVERS[0]  # one of DEMO_SERVERS
     train: TrainConfig = field(default_factory=TrainConfig)

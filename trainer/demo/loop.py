@@ -8,7 +8,11 @@ Each round:
    environment variables only, exactly as a user's agent;
 2. the pipeline turns that round's spans into transitions (one per LLM call);
 3. the torch backend takes a clipped policy-gradient step on them and writes a
-   checkpoint, which the endpoint loads as the next policy version.
+   checkpoint, which :func:`tracerl.trainer.publish.publish` makes the endpoint serve as
+   the next policy version.
+
+The endpoint is tracerl's built-in server or ``vllm serve`` (``DemoConfig.server``),
+started on the starting policy for the whole run.
 
 Round 0 evaluates the starting policy before any training. Metrics go to
 ``OUT/metrics.jsonl`` and the reward curve to ``OUT/reward_curve.png``.
@@ -22,17 +26,18 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import asdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import duckdb
 
 from tracerl.schemas import attributes as A
 from tracerl.trainer.demo import task as demo_task
-from tracerl.trainer.demo.config import DemoConfig
+from tracerl.trainer.demo.config import DEMO_SERVERS, DemoConfig
 from tracerl.trainer.demo.warm_start import ensure_demo_policy
-from tracerl.trainer.publish import BuiltinServer, publish
+from tracerl.trainer.publish import BuiltinServer, PublishTarget, VllmReload, publish
 from tracerl.trainer.training.backend import TrainingBackend
 from tracerl.trainer.training.dataset import read_dataset
 from tracerl.trainer.training.torch_backend import PolicyTrainer
@@ -40,6 +45,31 @@ from tracerl.trainer.training.torch_backend import PolicyTrainer
 
 class AgentRunError(RuntimeError):
     """The agent process failed; its output says why."""
+
+
+@dataclass(frozen=True)
+class PolicyEndpoint:
+    """Where the agents send their calls, and the publish target that refreshes what answers there."""
+
+    base_url: str  # the agents' OPENAI_BASE_URL
+    target: PublishTarget
+
+
+@contextmanager
+def policy_endpoint(server: str, start: Path) -> Iterator[PolicyEndpoint]:
+    """``server`` (one of ``DEMO_SERVERS``) serving ``start`` as policy version 0 until the block ends."""
+    if server == "tracerl":
+        from tracerl.trainer.serving.app import running_server
+
+        with running_server(start) as builtin:
+            yield PolicyEndpoint(builtin.base_url, BuiltinServer(builtin.base_url))
+    elif server == "vllm":
+        from tracerl.trainer.serving.vllm_process import running_vllm
+
+        with running_vllm(start) as vllm:
+            yield PolicyEndpoint(vllm.base_url, VllmReload(vllm.base_url, served_checkpoint=start))
+    else:
+        raise ValueError(f"unknown demo server {server!r}: use one of {', '.join(DEMO_SERVERS)}")
 
 
 def write_round_tasks(path: Path, train: list[demo_task.Task], held_out: list[demo_task.Task], cfg: DemoConfig, rnd: int) -> None:
@@ -97,10 +127,13 @@ def plot_reward_curve(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def run_demo(cfg: DemoConfig, on_phase: Callable[[int, str], None] | None = None) -> list[dict]:
-    """Run ``cfg.rounds`` training rounds (plus round 0); return the metrics rows."""
+def run_demo(cfg: DemoConfig, on_phase: Callable[[int, str], None] | None = None, endpoint: PolicyEndpoint | None = None) -> list[dict]:
+    """Run ``cfg.rounds`` training rounds (plus round 0); return the metrics rows.
+
+    The agents call ``endpoint`` when given (already serving the starting policy), else
+    ``cfg.server`` started here on it.
+    """
     from tracerl.pipeline import build_dataset
-    from tracerl.trainer.serving.app import running_server
 
     def phase(rnd: int, text: str) -> None:
         if on_phase:
@@ -115,7 +148,7 @@ def run_demo(cfg: DemoConfig, on_phase: Callable[[int, str], None] | None = None
     trainer: TrainingBackend = PolicyTrainer(start, cfg.train)
     train_tasks, held_out = demo_task.all_tasks(cfg.seed)
     rows: list[dict] = []
-    with running_server(start) as server:
+    with nullcontext(endpoint) if endpoint else policy_endpoint(cfg.server, start) as served:
         for rnd in range(cfg.rounds + 1):
             t0 = time.time()
             round_dir = out / "rounds" / f"{rnd:03d}"
@@ -123,7 +156,7 @@ def run_demo(cfg: DemoConfig, on_phase: Callable[[int, str], None] | None = None
             tasks_file = round_dir / "tasks.jsonl"
             write_round_tasks(tasks_file, train_tasks, held_out, cfg, rnd)
             phase(rnd, "running the agent")
-            run_agent(tasks_file, round_dir / "data", server.base_url)
+            run_agent(tasks_file, round_dir / "data", served.base_url)
             rewards = mean_rewards_by_split(round_dir / "data")
             phase(rnd, "building the dataset")
             manifest = build_dataset(round_dir / "data", round_dir / "dataset", splits=("train",))
@@ -139,7 +172,7 @@ def run_demo(cfg: DemoConfig, on_phase: Callable[[int, str], None] | None = None
                 samples, skipped = read_dataset(round_dir / "dataset")
                 stats = trainer.train(samples)
                 checkpoint = trainer.save(out / "policy" / f"v{rnd + 1}")
-                publish(checkpoint, BuiltinServer(server.base_url), version=rnd + 1)
+                publish(checkpoint, served.target, version=rnd + 1)
                 row.update(train_loss=stats.loss, clip_fraction=stats.clip_fraction, approx_kl=stats.approx_kl, skipped=skipped)
             row["seconds"] = round(time.time() - t0, 2)
             rows.append(row)

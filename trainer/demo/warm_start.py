@@ -18,7 +18,7 @@ from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import Sample
 from tracerl.trainer.training.torch_backend import TRAINER_STATE_FILE, PolicyTrainer
 
-DEMO_POLICY_VERSION = 4  # bump when the warm-start recipe changes, so stale caches are rebuilt
+DEMO_POLICY_VERSION = 6  # bump when the warm-start recipe changes, so stale caches are rebuilt
 
 
 def ensure_demo_policy(seed: int = 0) -> Path:
