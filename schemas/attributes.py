@@ -114,6 +114,7 @@ DATASET_MANIFEST_SCHEMA_VERSION = "schema_version"  # key of the manifest: the r
 
 # OpenTelemetry general semantic conventions
 SERVICE_NAME = "service.name"  # resource attribute
+SERVICE_INSTANCE_ID = "service.instance.id"  # resource attribute; the SDK makes a random one per process
 EVENT_NAME = "event.name"  # log record attribute, the older place of LogRecord.event_name
 ERROR_TYPE = "error.type"
 HTTP_RESPONSE_STATUS_CODE = "http.response.status_code"

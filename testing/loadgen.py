@@ -4,7 +4,8 @@ The spans look like an agent's: every ``llm_every``-th span is an LLM call carry
 prompt/completion token ids and log-probs (plain OTel arrays or the packed ``tokpack:``
 strings of :mod:`tracerl.schemas.tokens`), the others are tool/agent steps. Requests are
 encoded by the OTLP exporter's own encoder, so they are byte-for-byte what a Python
-exporter sends.
+exporter sends. The same arguments give the same bytes: ids, times, tokens and the
+resource's instance id all come from ``seed``, so a failing test or fuzz input reproduces.
 """
 
 from __future__ import annotations
@@ -15,11 +16,29 @@ from collections.abc import Sequence
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tracerl.schemas import attributes as A
 from tracerl.schemas.tokens import pack_floats, pack_ids
+
+
+START_UNIX_NANO = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z, the first span's start
+STEP_NANO = 1_000_000  # one span per millisecond, each lasting half of it
+
+
+class _SeededIds(IdGenerator):
+    """Trace and span ids from a seeded generator instead of the SDK's random ones."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def generate_span_id(self) -> int:
+        return self.rng.getrandbits(64) or 1
+
+    def generate_trace_id(self) -> int:
+        return self.rng.getrandbits(128) or 1
 
 
 def make_spans(
@@ -36,7 +55,8 @@ def make_spans(
     """``n`` finished spans; ``resource`` adds resource attributes (e.g. a peer's routing keys)."""
     rng = random.Random(seed)
     exporter = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({A.SERVICE_NAME: service, **(resource or {})}))
+    resource = Resource.create({A.SERVICE_NAME: service, A.SERVICE_INSTANCE_ID: f"loadgen-{seed}", **(resource or {})})
+    provider = TracerProvider(resource=resource, id_generator=_SeededIds(random.Random(f"ids-{seed}")))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("tracerl.loadgen", "1")
     for i in range(n):
@@ -58,8 +78,8 @@ def make_spans(
         else:
             attributes |= {A.GEN_AI_TOOL_NAME: "calculator", "tool.input": f"{i} * 7"}
             name = "execute_tool calculator"
-        with tracer.start_as_current_span(name, attributes=attributes):
-            pass
+        start = START_UNIX_NANO + i * STEP_NANO
+        tracer.start_span(name, attributes=attributes, start_time=start).end(end_time=start + STEP_NANO // 2)
     provider.shutdown()
     return exporter.get_finished_spans()
 
