@@ -10,6 +10,7 @@ from tracerl.instrumentation.cli import register as register_instrumentation
 from tracerl.pipeline.cli import app as pipeline_app
 from tracerl.pipeline.cli import register_report, register_sql
 from tracerl.trainer.demo.cli import register as register_demo
+from tracerl.trainer.rounds.cli import register as register_rounds
 from tracerl.trainer.serving.cli import register as register_serve
 from tracerl.trainer.training.cli import register as register_train
 
@@ -23,7 +24,8 @@ app.add_typer(pipeline_app, name="pipeline", help="Spans -> episodes -> training
 app.add_typer(collector_app, name="collector", help="OTLP receiver writing durable Parquet.")
 register_instrumentation(app)  # run, gateway
 register_serve(app)  # serve
-register_train(app)  # train
+train_app = register_train(app)  # train
+register_rounds(app, train_app)  # train run, train loop, policy
 register_demo(app)  # demo
 register_sql(app)  # sql
 register_report(app)  # report

@@ -1,0 +1,112 @@
+"""``tracerl train run``: one round as a scheduler runs it (a real process, a real ``tracerl serve``), its JSON line and exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+from typer.testing import CliRunner
+
+from tracerl.cli import app
+from tracerl.trainer.rounds.lock import round_lock
+from tracerl.trainer.rounds.registry import PolicyRegistry
+from tracerl.trainer.serving.app import running_server
+from tracerl.trainer.training.checkpoint import read_checkpoint_manifest
+from tracerl_testing.net import free_port
+
+
+def served_version(server) -> int:
+    return httpx.get(f"{server.url}/health").json()["policy_version"]
+
+
+def test_a_round_trains_on_the_new_episodes_publishes_and_records_then_waits_for_more(tmp_path, capture, round_config, tracerl, tiny_checkpoint):
+    episodes = capture(6)
+    config = round_config(min_episodes=4, endpoint=None)
+    with running_server(tiny_checkpoint) as server:
+        config = round_config(min_episodes=4, endpoint=server.base_url)
+        done = tracerl("train", "run", "--config", str(config))
+        assert done.returncode == 0, done.stderr
+        assert done.summary["status"] == "trained" and done.summary["version"] == 1 and done.summary["parent"] == 0
+        assert done.summary["episodes"] == 6 and done.summary["transitions"] == 18  # three calls per episode
+        assert [p["policy_version"] for p in done.summary["published"]] == [1] and served_version(server) == 1
+        assert set(done.summary["seconds"]) == {"build", "train", "checkpoint", "publish", "record"}  # report = false
+
+        capture(2)
+        idle = tracerl("train", "run", "--config", str(config))
+    assert idle.returncode == 0 and idle.summary["status"] == "idle"
+    assert idle.summary["reason"] == "2 new episode(s) since version 1, fewer than min_episodes 4"
+
+    registry = PolicyRegistry(tmp_path / "state")
+    base, trained = registry.entries()
+    assert (base["version"], base["kind"], base["checkpoint"]) == (0, "base", str(tiny_checkpoint.resolve()))
+    assert trained["kind"] == "trained" and trained["parent"] == 0
+    assert [e["episode_id"] for e in trained["episodes"]] == episodes
+    assert all(e["policy_versions"] == [1] for e in trained["episodes"])  # the span builders' calls say version 1
+    assert trained["published"][0]["endpoint"] == server.base_url and trained["metrics"]["samples"] == 18
+    manifest = read_checkpoint_manifest(trained["checkpoint"])
+    assert manifest["policy_version"] == 1 and manifest["parent"] == str(tiny_checkpoint.resolve())
+    assert manifest["dataset"]["path"] == trained["dataset"]["path"]
+    rows = [json.loads(line) for line in (tmp_path / "state" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["round"], r["episodes"], r["samples"]) for r in rows] == [(1, 6, 18)]
+
+
+def test_an_endpoint_that_is_down_exits_4_and_the_next_run_publishes_the_same_checkpoint(tmp_path, capture, round_config, tracerl, tiny_checkpoint):
+    capture(4)
+    down = tracerl("train", "run", "--config", str(round_config(endpoint=f"http://127.0.0.1:{free_port()}/v1")))
+    assert down.returncode == 4 and down.summary["status"] == "publish_failed"
+    assert "cannot reach tracerl serve" in down.summary["reason"]
+    checkpoint = tmp_path / "state" / "policies" / "v0001"
+    weights = (checkpoint / "model.safetensors").stat().st_mtime_ns
+    assert [e["version"] for e in PolicyRegistry(tmp_path / "state").entries()] == [0]  # not recorded
+
+    with running_server(tiny_checkpoint) as server:
+        done = tracerl("train", "run", "--config", str(round_config(endpoint=server.base_url)))
+        assert done.returncode == 0, done.stderr
+        assert done.summary["resumed"] == "publish" and "train" not in done.summary["seconds"]
+        assert served_version(server) == 1
+    assert (checkpoint / "model.safetensors").stat().st_mtime_ns == weights  # published as trained, not trained again
+    assert PolicyRegistry(tmp_path / "state").latest()["episodes"].__len__() == 4
+
+
+def test_a_second_round_while_one_runs_exits_3(tmp_path, capture, round_config, tracerl):
+    capture(2)
+    config = round_config()
+    with round_lock(tmp_path / "state"):
+        done = tracerl("train", "run", "--config", str(config))
+    assert done.returncode == 3 and done.summary["status"] == "locked"
+    assert "another round holds" in done.summary["reason"] and "lock" in done.summary["reason"]
+
+
+def test_a_bad_config_exits_2_naming_the_key(tmp_path, round_config):
+    config = round_config(min_episodes=4)
+    config.write_text(config.read_text() + "\n[build]\nsplit = 'train'\n")
+    result = CliRunner().invoke(app, ["train", "run", "--config", str(config)])
+    assert result.exit_code == 2
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "config_error" and "[build]: unknown key(s) split" in summary["reason"] and "splits" in summary["reason"]
+
+
+def test_rollback_serves_an_older_checkpoint_as_a_new_version_and_list_shows_it(tmp_path, round_config, tiny_checkpoint):
+    config = round_config()
+    state = tmp_path / "state"
+    runner = CliRunner()
+    from tracerl.trainer.rounds.config import load_config
+    from tracerl.trainer.rounds.round import ensure_base
+
+    ensure_base(PolicyRegistry(state), load_config(config))
+    with running_server(tiny_checkpoint) as server:
+        result = runner.invoke(app, ["policy", "rollback", "0", "--state", str(state), "--endpoint", server.base_url])
+        assert result.exit_code == 0, result.output
+        assert served_version(server) == 1
+    entry = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (entry["status"], entry["version"], entry["kind"], entry["parent"]) == ("rolled_back", 1, "rollback", 0)
+    rolled = state / "policies" / "v0001"
+    assert (rolled / "model.safetensors").read_bytes() == (tiny_checkpoint / "model.safetensors").read_bytes()
+    assert read_checkpoint_manifest(rolled)["policy_version"] == 1
+
+    listed = runner.invoke(app, ["policy", "list", "--state", str(state)]).stdout.splitlines()
+    assert listed[1].split()[:3] == ["0", "base", "-"] and listed[2].split()[:3] == ["1", "rollback", "0"]
+    shown = json.loads(runner.invoke(app, ["policy", "show", "1", "--config", str(config)]).stdout)
+    assert shown["published"][0]["endpoint"] == server.base_url
+    missing = runner.invoke(app, ["policy", "show", "7", "--state", str(state)])
+    assert missing.exit_code == 2 and "no policy version 7" in missing.output

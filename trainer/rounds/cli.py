@@ -1,0 +1,222 @@
+"""``tracerl train run``, ``tracerl train loop`` and ``tracerl policy list | show | rollback``.
+
+``train run`` prints one JSON line on stdout (phases go to stderr) and exits with a code a
+scheduler can alert on (:data:`EXIT_CODES`, documented in trainer/README.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import re
+import signal
+import sys
+import threading
+import time
+import traceback
+import typing
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from tracerl.trainer.publish import BuiltinServer
+from tracerl.trainer.rounds.config import Endpoint, RoundConfig, RoundConfigError, load_config
+
+# status -> exit code: 0 nothing to alert on; the others each mean one thing to look at
+EXIT_CODES = {
+    "trained": 0,  # a new version trained, published and recorded
+    "idle": 0,  # fewer new episodes than min_episodes: nothing to do
+    "stopped": 0,  # train loop: stopped by SIGTERM between phases
+    "failed": 1,  # building or training failed (the message says why); the next run redoes the round
+    "config_error": 2,  # bad options or config file
+    "locked": 3,  # another round holds the lock (a round longer than the schedule's period?)
+    "publish_failed": 4,  # trained, not served: the next run publishes the same checkpoint again
+    "report_failed": 5,  # recorded and served, but report.html was not refreshed
+}
+
+_CONFIG = typer.Option(None, "--config", "-c", help="TOML file of the round (trainer/rounds/config.py shows every key).")
+_STATE = typer.Option(None, "--state", help="The rounds' folder: dataset, checkpoints, registry, lock, report.")
+
+
+def _phase(name: str) -> None:
+    print(f"tracerl round: {name}", file=sys.stderr, flush=True)
+
+
+def _emit(summary: dict[str, Any]) -> int:
+    typer.echo(json.dumps(summary))
+    return EXIT_CODES[summary["status"]]
+
+
+def _config_from_options(config: Path | None, **options: Any) -> RoundConfig:
+    endpoints = options.pop("endpoint") or []
+    kind = options.pop("endpoint_kind")
+    options["endpoints"] = [Endpoint(url, kind) for url in endpoints] or None
+    options["splits"] = tuple(options.pop("split")) or None
+    return load_config(config, **options)
+
+
+def one_round(cfg: RoundConfig, should_stop: Any = lambda: False) -> dict[str, Any]:
+    """Run one round under the lock; its summary, whatever happened (never raises but for RoundStopped)."""
+    from tracerl.trainer.rounds.lock import RoundLocked, round_lock
+    from tracerl.trainer.rounds.round import RoundFailed, RoundStopped, run_round
+
+    try:
+        # stdout is the JSON line alone: what libraries print there (DeepSpeed's logger binds
+        # sys.stdout when first imported) goes to stderr with the phases
+        with round_lock(cfg.state), contextlib.redirect_stdout(sys.stderr):
+            return run_round(cfg, on_phase=_phase, should_stop=should_stop).as_dict()
+    except RoundLocked as exc:
+        return {"status": "locked", "reason": str(exc)}
+    except RoundFailed as exc:
+        return {"status": exc.status, "reason": str(exc)}
+    except RoundStopped:
+        raise
+    except Exception as exc:  # the scheduler gets a status and a reason, the log the traceback
+        traceback.print_exc()
+        return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+
+
+def run(
+    config: Optional[Path] = _CONFIG,
+    spans: Optional[str] = typer.Option(None, "--spans", help="What the collector writes: a data dir or a URI (s3://...)."),
+    state: Optional[Path] = _STATE,
+    model: Optional[Path] = typer.Option(None, "--model", help="The starting policy (its first version)."),
+    min_episodes: Optional[int] = typer.Option(None, "--min-episodes", min=1, help="Fewer new episodes: exit 0, nothing done."),
+    max_policy_lag: Optional[int] = typer.Option(None, "--max-policy-lag", min=0, metavar="K", help="Skip rows sampled more than K versions back."),
+    split: list[str] = typer.Option([], "--split", help="Train on episodes of this split (repeatable)."),
+    agents: Optional[str] = typer.Option(None, "--agents", help="Train these agents' calls (build-dataset --agents)."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="torch or openrlhf."),
+    endpoint: list[str] = typer.Option([], "--endpoint", help="Publish to this endpoint (repeatable; replaces the file's)."),
+    endpoint_kind: str = typer.Option(BuiltinServer.kind, "--endpoint-kind", help="What serves at --endpoint."),
+) -> None:
+    """One scheduled round, then exit: new episodes -> dataset -> train -> publish -> record -> report."""
+    try:
+        cfg = _config_from_options(config, spans=spans, state=state, model=model, min_episodes=min_episodes, max_policy_lag=max_policy_lag,
+                                   split=split, agents=agents, backend=backend, endpoint=endpoint, endpoint_kind=endpoint_kind)
+    except RoundConfigError as exc:
+        raise typer.Exit(_emit({"status": "config_error", "reason": str(exc)})) from None
+    raise typer.Exit(_emit(one_round(cfg)))
+
+
+def parse_period(text: str) -> float:
+    """``10m`` -> 600.0 (s, m, h; a bare number is seconds)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not match:
+        raise typer.BadParameter(f"{text!r} is not a period: write e.g. 30s, 10m or 1h", param_hint="--every")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+def loop(every: str, **options: Any) -> None:
+    """`train run` every period, one JSON line per round; SIGTERM or Ctrl-C stops it between phases (exit 0)."""
+    from tracerl.trainer.rounds.round import RoundStopped
+
+    period = parse_period(every)
+    try:
+        cfg = _config_from_options(**options)
+    except RoundConfigError as exc:
+        raise typer.Exit(_emit({"status": "config_error", "reason": str(exc)})) from None
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            _emit(one_round(cfg, should_stop=stop.is_set))
+        except RoundStopped as exc:
+            _emit({"status": "stopped", "reason": str(exc)})
+            return
+        stop.wait(max(0.0, period - (time.monotonic() - started)))
+    _emit({"status": "stopped", "reason": "stopped between rounds"})
+
+
+# loop takes --every and every option of run (one list of options, one meaning)
+loop.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+    inspect.Parameter("every", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                      default=typer.Option(..., "--every", help="Start a round this often (30s, 10m, 1h)."), annotation=str),
+    *(p.replace(annotation=typing.get_type_hints(run)[p.name]) for p in inspect.signature(run).parameters.values()),
+])
+
+
+policy_app = typer.Typer(no_args_is_help=True, add_completion=False, help="The policy registry: versions, their data, where they are served.")
+
+
+def _registry(config: Path | None, state: Path | None) -> Any:
+    from tracerl.trainer.rounds.registry import PolicyRegistry
+
+    return PolicyRegistry(_state_of(config, state))
+
+
+def _state_of(config: Path | None, state: Path | None) -> Path:
+    if state is not None:
+        return state
+    if config is None:
+        raise typer.BadParameter("give --state STATE or --config FILE (the one `tracerl train run` uses)", param_hint="--state")
+    try:
+        return load_config(config).state
+    except RoundConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--config") from None
+
+
+@policy_app.command("list")
+def list_policies(config: Optional[Path] = _CONFIG, state: Optional[Path] = _STATE) -> None:
+    """One line per version: version, kind, parent, episodes, loss, where it is served."""
+    from tracerl.trainer.rounds.registry import RegistryError
+
+    try:
+        entries = _registry(config, state).entries()
+    except RegistryError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--state") from None
+    typer.echo(f"{'version':>7}  {'kind':<8}  {'parent':>6}  {'episodes':>8}  {'loss':>10}  {'recorded':<25}  published")
+    for e in entries:
+        loss = (e.get("metrics") or {}).get("loss")
+        where = ", ".join(f"{p['endpoint']} as {p['policy_version']}" for p in e.get("published", [])) or "-"
+        typer.echo(f"{e['version']:>7}  {e['kind']:<8}  {e['parent'] if e['parent'] is not None else '-':>6}  "
+                   f"{len(e.get('episodes', [])):>8}  {loss if loss is None else f'{loss:.4g}'!s:>10}  {e['recorded_at']:<25}  {where}")
+
+
+@policy_app.command("show")
+def show_policy(version: int = typer.Argument(...), config: Optional[Path] = _CONFIG, state: Optional[Path] = _STATE) -> None:
+    """Everything recorded about VERSION, as JSON."""
+    from tracerl.trainer.rounds.registry import RegistryError
+
+    try:
+        typer.echo(json.dumps(_registry(config, state).get(version), indent=2))
+    except RegistryError as exc:
+        raise typer.BadParameter(str(exc), param_hint="VERSION") from None
+
+
+@policy_app.command("rollback")
+def rollback_policy(
+    version: int = typer.Argument(..., help="The version to serve again."),
+    config: Optional[Path] = _CONFIG,
+    state: Optional[Path] = _STATE,
+    endpoint: list[str] = typer.Option([], "--endpoint", help="Publish here (default: the config file's endpoints)."),
+    endpoint_kind: str = typer.Option(BuiltinServer.kind, "--endpoint-kind"),
+) -> None:
+    """Publish VERSION's checkpoint again as a new version (so spans stay unambiguous); one JSON line."""
+    from tracerl.trainer.rounds.lock import RoundLocked, round_lock
+    from tracerl.trainer.rounds.registry import RegistryError
+    from tracerl.trainer.rounds.rollback import rollback
+    from tracerl.trainer.rounds.round import RoundFailed
+
+    folder = _state_of(config, state)
+    endpoints = tuple(Endpoint(url, endpoint_kind) for url in endpoint) or (load_config(config).endpoints if config else ())
+    try:
+        with round_lock(folder):
+            entry = rollback(folder, version, endpoints)
+    except RoundLocked as exc:
+        raise typer.Exit(_emit({"status": "locked", "reason": str(exc)})) from None
+    except RegistryError as exc:
+        raise typer.Exit(_emit({"status": "config_error", "reason": str(exc)})) from None
+    except RoundFailed as exc:
+        raise typer.Exit(_emit({"status": exc.status, "reason": str(exc)})) from None
+    typer.echo(json.dumps({"status": "rolled_back", **entry}))
+
+
+def register(app: typer.Typer, train_group: typer.Typer) -> None:
+    """Add ``run`` and ``loop`` to ``tracerl train`` and the ``policy`` group to ``app``."""
+    train_group.command("run")(run)
+    train_group.command("loop")(loop)
+    app.add_typer(policy_app, name="policy")

@@ -1,0 +1,154 @@
+"""What a scheduled round needs, read from a TOML file so that a crontab line stays short.
+
+::
+
+    spans = "s3://traces/prod?region=eu-west-1"   # what the collector writes (folder or URI)
+    state = "/var/lib/tracerl/rounds"              # dataset, checkpoints, registry, lock, report
+    model = "/var/lib/tracerl/policy-v0"           # the starting policy (version base_version)
+    min_episodes = 64
+    max_policy_lag = 2
+    backend = "torch"                              # or "openrlhf"
+
+    [build]                                        # BuildOptions fields (tracerl pipeline build-dataset)
+    splits = ["train"]
+    agents = "solver"
+
+    [train]                                        # TrainConfig fields (tracerl train)
+    learning_rate = 1e-5
+
+    [openrlhf]                                     # OpenRLHFOptions fields, with backend = "openrlhf"
+    zero_stage = 2
+
+    [[endpoint]]                                   # every endpoint to publish to (none: train only)
+    url = "http://127.0.0.1:8000/v1"
+    kind = "tracerl"                               # or vllm, vllm-lora
+
+Relative paths are relative to the file's folder. Command-line options override the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracerl.pipeline.options import BuildOptions
+from tracerl.pipeline.source import PipelineInputError
+from tracerl.trainer.publish import TARGET_KINDS, BuiltinServer
+from tracerl.trainer.training.config import BACKENDS, OpenRLHFOptions, TrainConfig
+
+
+class RoundConfigError(ValueError):
+    """The configuration cannot run a round; the message names the key and what to do."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    kind: str = BuiltinServer.kind
+
+
+@dataclass(frozen=True)
+class RoundConfig:
+    spans: str  # a data dir or spans folder, local or a URI (s3://...)
+    state: Path
+    model: Path
+    base_version: int = 0  # the version the starting policy is served as
+    min_episodes: int = 1
+    max_policy_lag: int | None = None
+    backend: str = BACKENDS[0]
+    report: bool = True  # refresh STATE/report.html after each round
+    build: BuildOptions = field(default_factory=lambda: BuildOptions(incremental=True))
+    train: TrainConfig = field(default_factory=TrainConfig)
+    openrlhf: OpenRLHFOptions = field(default_factory=OpenRLHFOptions)
+    endpoints: tuple[Endpoint, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise RoundConfigError(f"backend: unknown {self.backend!r}, use {' or '.join(BACKENDS)}")
+        if self.min_episodes < 1:
+            raise RoundConfigError(f"min_episodes must be at least 1, got {self.min_episodes}")
+        if self.max_policy_lag is not None and self.max_policy_lag < 0:
+            raise RoundConfigError(f"max_policy_lag must be 0 or more, got {self.max_policy_lag}")
+        for endpoint in self.endpoints:
+            if endpoint.kind not in TARGET_KINDS:
+                raise RoundConfigError(f"endpoint {endpoint.url}: unknown kind {endpoint.kind!r}, use one of {', '.join(sorted(TARGET_KINDS))}")
+        if not (self.model / "config.json").is_file():
+            raise RoundConfigError(f"model: {self.model} is not a Hugging Face checkpoint (no config.json)")
+
+
+_SECTIONS = {"build": BuildOptions, "train": TrainConfig, "openrlhf": OpenRLHFOptions}
+_PATHS = ("state", "model")
+_TOP = {f.name for f in dataclasses.fields(RoundConfig)} - set(_SECTIONS) - {"endpoints"}
+
+
+def load_config(path: Path | None, **overrides: Any) -> RoundConfig:
+    """The configuration of ``path`` (None: none) with ``overrides`` (None values ignored) on top.
+
+    ``overrides`` take the top-level keys, ``splits`` and ``agents`` (into ``[build]``) and
+    ``endpoints`` (a list of :class:`Endpoint`).
+    """
+    data: dict[str, Any] = {}
+    base = Path.cwd()
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RoundConfigError(f"--config {path}: no such file") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise RoundConfigError(f"{path} is not valid TOML: {exc}") from None
+        base = Path(path).resolve().parent
+    where = str(path) if path else "the command line"
+    unknown = set(data) - _TOP - set(_SECTIONS) - {"endpoint"}
+    if unknown:
+        raise RoundConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_TOP | set(_SECTIONS) | {'endpoint'}))}")
+    build = dict(data.get("build", {}))
+    for key in ("splits", "agents"):
+        if overrides.get(key) is not None:
+            build[key] = overrides.pop(key)
+        overrides.pop(key, None)
+    sections = {name: _section(where, name, cls, build if name == "build" else data.get(name, {})) for name, cls in _SECTIONS.items()}
+    endpoints = overrides.pop("endpoints", None) or [_endpoint(where, e) for e in data.get("endpoint", [])]
+    top = _absolute({k: v for k, v in data.items() if k in _TOP}, base)
+    top.update(_absolute({k: v for k, v in overrides.items() if v is not None}, Path.cwd()))
+    missing = [k for k in ("spans", "state", "model") if k not in top]
+    if missing:
+        raise RoundConfigError(f"{where}: missing {', '.join(missing)} (a config file key or --{missing[0]})")
+    try:
+        return RoundConfig(**top, **sections, endpoints=tuple(endpoints))
+    except TypeError as exc:
+        raise RoundConfigError(f"{where}: {exc}") from None
+
+
+def _absolute(values: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Paths (and a local ``spans``) made absolute against ``base``: the registry must not depend on the cwd."""
+    values = dict(values)
+    for key in (*_PATHS, "spans"):
+        if key in values and "://" not in str(values[key]):
+            path = (base / Path(str(values[key])).expanduser()).resolve()
+            values[key] = str(path) if key == "spans" else path
+    return values
+
+
+def _section(where: str, name: str, cls: type, values: dict[str, Any]) -> Any:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(values) - known
+    if unknown:
+        raise RoundConfigError(f"{where} [{name}]: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+    if name == "build":
+        values = {**values, "incremental": True}  # a round's watermark is the incremental dataset
+        for key in ("splits", "rewards", "exports"):
+            if key in values:
+                values[key] = tuple([values[key]] if isinstance(values[key], str) else values[key])
+    try:
+        return cls(**values)
+    except (PipelineInputError, TypeError, ValueError) as exc:
+        raise RoundConfigError(f"{where} [{name}]: {exc}") from None
+
+
+def _endpoint(where: str, value: Any) -> Endpoint:
+    if not isinstance(value, dict) or "url" not in value or set(value) - {"url", "kind"}:
+        raise RoundConfigError(f"{where} [[endpoint]]: each needs url (and optionally kind), got {value!r}")
+    return Endpoint(**value)

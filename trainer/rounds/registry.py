@@ -1,0 +1,76 @@
+"""The policy registry: which data made which policy, and where and when it was served.
+
+One JSON file next to the checkpoints (``STATE/registry.json``), rewritten whole (written
+beside, fsynced, renamed) each time a version is recorded, so a reader or a job killed
+mid-write sees the old table or the new one. Each entry is a policy version:
+
+- ``version``, ``kind`` (``base``: the starting policy; ``trained``: a round; ``rollback``: an
+  older checkpoint published again as a new version, so spans stay unambiguous), ``parent``
+  (the version it was trained from or rolled back to), ``checkpoint``;
+- for trained versions: ``dataset`` (the round's folder, its files, the build manifest),
+  ``episodes`` (id and the policy versions that sampled it), ``metrics``, ``skipped``;
+- ``published``: each endpoint, the version it serves it as, how long it took and when;
+  ``recorded_at``.
+
+The episodes a version trained on are its files' episodes; the files every version
+claimed are the watermark of the next round (:mod:`tracerl.trainer.rounds.round`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tracerl.storage import fsync_dir, fsync_file
+
+REGISTRY_FILE = "registry.json"
+
+
+class RegistryError(ValueError):
+    """The registry cannot answer; the message says what to do."""
+
+
+class PolicyRegistry:
+    def __init__(self, state: Path) -> None:
+        self.path = Path(state) / REGISTRY_FILE
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every recorded version, oldest first."""
+        if not self.path.is_file():
+            return []
+        try:
+            return json.loads(self.path.read_text(encoding="utf-8"))["policies"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RegistryError(f"{self.path} is not a policy registry ({exc}); restore it from a backup") from None
+
+    def latest(self) -> dict[str, Any] | None:
+        entries = self.entries()
+        return entries[-1] if entries else None
+
+    def get(self, version: int) -> dict[str, Any]:
+        for entry in self.entries():
+            if entry["version"] == version:
+                return entry
+        known = ", ".join(str(e["version"]) for e in self.entries()) or "none yet"
+        raise RegistryError(f"no policy version {version} in {self.path} (versions: {known}; see `tracerl policy list`)")
+
+    def claimed_files(self) -> set[str]:
+        """Names of the dataset files some recorded version trained on."""
+        return {name for entry in self.entries() for name in (entry.get("dataset") or {}).get("files", [])}
+
+    def append(self, entry: dict[str, Any]) -> None:
+        """Record ``entry`` as the newest version (its ``version`` must follow the latest's)."""
+        entries = self.entries()
+        if entries and entry["version"] != entries[-1]["version"] + 1:
+            raise RegistryError(f"version {entry['version']} does not follow {entries[-1]['version']} in {self.path}")
+        self._write([*entries, entry])
+
+    def _write(self, entries: list[dict[str, Any]]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_name(f".{self.path.name}.partial")
+        partial.write_text(json.dumps({"policies": entries}, indent=1) + "\n", encoding="utf-8")
+        fsync_file(partial)
+        os.replace(partial, self.path)
+        fsync_dir(self.path.parent)
