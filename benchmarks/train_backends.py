@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tracerl.trainer.tiny_model import build_tiny_model
-from tracerl.trainer.training.config import TrainConfig
+from tracerl.trainer.training.config import OpenRLHFOptions, TrainConfig
 from tracerl.trainer.training.dataset import Sample
 from tracerl.trainer.training.openrlhf_backend import OpenRLHFTrainer
 from tracerl.trainer.training.torch_backend import PolicyTrainer
@@ -60,19 +60,20 @@ def main() -> None:
     parser.add_argument("--minibatch-size", type=int, default=16)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--zero-stage", type=int, default=OpenRLHFOptions.zero_stage, help="the OpenRLHF backend's DeepSpeed ZeRO stage")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model or build_tiny_model(Path(scratch) / "tiny", seed=0)
         config = TrainConfig(learning_rate=1e-4, epochs=args.epochs, minibatch_size=args.minibatch_size)
-        openrlhf = OpenRLHFTrainer(model, config)
+        openrlhf = OpenRLHFTrainer(model, config, OpenRLHFOptions(zero_stage=args.zero_stage))
         round_ = synthetic_round(len(openrlhf.tokenizer), args.samples, args.prompt_tokens, args.response_tokens, seed=0)
         round_ = [replace(s, response_logprobs=lp) for s, lp in zip(round_, openrlhf.action_logprobs(round_))]
         rows = {"torch": timed_rounds(PolicyTrainer(model, config), round_, args.repeats)}
         rows["openrlhf"] = timed_rounds(openrlhf, round_, args.repeats)
 
     print(f"{args.samples} samples x ({args.prompt_tokens} prompt + {args.response_tokens} response) tokens, "
-          f"{args.epochs} epochs, minibatch {args.minibatch_size}, median of {args.repeats}")
+          f"{args.epochs} epochs, minibatch {args.minibatch_size}, OpenRLHF with ZeRO-{args.zero_stage}, median of {args.repeats}")
     print(f"{'backend':<10} {'seconds':>8} {'tokens':>8} {'tokens/s':>10}")
     for name, (seconds, tokens) in rows.items():
         print(f"{name:<10} {seconds:>8.2f} {tokens:>8d} {tokens / seconds:>10.0f}")
