@@ -33,8 +33,7 @@ class CallFailure:
     @classmethod
     def from_exception(cls, error: BaseException) -> CallFailure:
         """No answer at all: ``error.type`` is the exception's fully qualified class name."""
-        kind = type(error)
-        name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+        name = exception_type(error)
         return cls(name, exception_message=str(error) or name)
 
     def message(self) -> str:
@@ -49,6 +48,12 @@ class CallFailure:
         found = _message_of(answer)
         text = found if found is not None else self.body.decode("utf-8", "replace").strip()
         return (text or f"HTTP {self.error_type}")[:MAX_MESSAGE_CHARS]
+
+
+def exception_type(error: BaseException) -> str:
+    """OTel's ``error.type`` of an exception: its fully qualified class name."""
+    kind = type(error)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _message_of(answer: object) -> str | None:

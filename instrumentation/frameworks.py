@@ -27,6 +27,7 @@ def install() -> None:
         return
     _installed = True
     register_post_import_hook(_hook_langchain, "langchain_core.runnables.config")
+    register_post_import_hook(_hook_langchain_tools, "langchain_core.callbacks.manager")
     register_post_import_hook(_hook_openai_agents, "agents")
     register_post_import_hook(_hook_agentops, "agentops.sdk.core")
     register_post_import_hook(_hook_agentops_exporter, "agentops.sdk.exporters")
@@ -52,6 +53,12 @@ def _hook_langchain(module) -> None:
         return "/".join(path) if len(path) > 1 else str(node)
 
     add_agent_name_resolver(langgraph_node)
+
+
+def _hook_langchain_tools(module) -> None:
+    from tracerl.instrumentation import langchain_tools
+
+    langchain_tools.install()
 
 
 # ---- OpenAI Agents SDK ------------------------------------------------------------------

@@ -41,6 +41,7 @@ GEN_AI_PART_TYPE = "type"
 GEN_AI_TOOL_CALL_PART = "tool_call"  # the type of a part that is a tool call
 GEN_AI_TOOL_CALL_ARGUMENTS = "arguments"  # field of a tool_call part (a JSON string)
 GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"  # of an execute_tool span: the id of the LLM's tool call it runs
 GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
 GEN_AI_TOOL_CALL_ARGUMENTS_ATTRIBUTE = "gen_ai.tool.call.arguments"  # of an execute_tool span (not a part's field)
 GEN_AI_TOOL_DEFINITIONS = "gen_ai.tool.definitions"

@@ -148,6 +148,8 @@ def test_autogen_agent_names_from_autogen_core_spans(captured, server):
     assert "'writer'" in out
     check_calls(captured, server, ["researcher", "writer", "researcher"], "ep-autogen")
     assert server.calls[1].request["stream"] is True
+    (tool,) = [r for r in captured.rows() if r["name"] == "execute_tool lookup"]  # autogen-core's own tool span
+    assert '"gen_ai.tool.call.id"' in tool["attributes"] and tool["agent_name"] == "researcher"
 
 
 def test_agentops_spans_reach_a_tracerl_collector_with_exact_tokens(captured, server, collector, tmp_path, parquet_spans):
@@ -172,3 +174,85 @@ def test_agentops_spans_reach_a_tracerl_collector_with_exact_tokens(captured, se
         assert row["prompt_token_ids"] == truth.prompt_token_ids
         assert row["completion_token_ids"] == truth.token_ids
         assert row["task_id"] == "ao-1" and row["episode_id"]
+
+
+SQL_AGENT = """
+    import os, sqlite3
+    from typing import Annotated, TypedDict
+    from langchain_core.tools import ToolException, tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.graph.message import add_messages
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    db = sqlite3.connect(":memory:", check_same_thread=False)  # ToolNode runs tools on a thread pool
+    db.execute("CREATE TABLE orders (id INTEGER, total REAL)")
+
+    @tool
+    def sql_db_query(query: str) -> str:
+        "Run a SQL query; an error comes back as text (as langchain_community's SQL tool does)."
+        try:
+            return str(db.execute(query).fetchall())
+        except sqlite3.Error as error:
+            return f"Error: ({type(error).__module__}.{type(error).__name__}) {error}"
+
+    @tool
+    def sql_db_schema(table: str) -> str:
+        "The schema of a table; raises when the table does not exist."
+        return str(db.execute(f"SELECT * FROM {table}").description)
+
+    @tool
+    def sql_db_list_tables(prefix: str) -> str:
+        "The tables whose name starts with prefix; a ToolException the tool turns into its answer."
+        raise ToolException(f"no table starts with {prefix!r}")
+
+    sql_db_list_tables.handle_tool_error = True
+    tools = [sql_db_query, sql_db_schema, sql_db_list_tables]
+    llm = ChatOpenAI(model="m", base_url=os.environ["BASE_URL"]).bind_tools(tools)
+
+    class State(TypedDict):
+        messages: Annotated[list, add_messages]
+
+    def write_query(state):
+        return {"messages": [llm.invoke(state["messages"])]}
+
+    graph = StateGraph(State)
+    graph.add_node("write_query", write_query)
+    graph.add_node("tools", ToolNode(tools, handle_tool_errors=True))
+    graph.add_edge(START, "write_query")
+    graph.add_conditional_edges("write_query", tools_condition)
+    graph.add_edge("tools", "write_query")
+    result = graph.compile().invoke({"messages": [("user", "total of all orders?")]})
+    print("ANSWER", result["messages"][-1].content)
+    """
+
+
+def test_langgraph_tool_runs_are_execute_tool_spans_and_the_sql_and_tool_error_rules_fire(captured, server):
+    pytest.importorskip("langgraph")
+    import json
+
+    from tracerl.schemas import attributes as A
+
+    out = run_ok(captured, SQL_AGENT, "--task-id", "sql-1", "--episode-id", "ep-sql")
+    assert "ANSWER done after 7 messages" in out
+    query_call, *_ = calls = captured.llm_calls()
+    assert [r["agent_name"] for r in calls] == ["write_query"] * 4
+    assert [r["completion_token_ids"] for r in calls] == [c.token_ids for c in server.calls]
+    tools = {r["name"]: r for r in captured.rows() if r["name"].startswith("execute_tool ")}
+    query, schema, listing = (tools[f"execute_tool {name}"] for name in ("sql_db_query", "sql_db_schema", "sql_db_list_tables"))
+    query_attributes, schema_attributes = json.loads(query["attributes"]), json.loads(schema["attributes"])
+    asked = json.loads(query_call["attributes"])[A.GEN_AI_OUTPUT_MESSAGES]
+    assert query_attributes[A.GEN_AI_OPERATION] == A.GEN_AI_EXECUTE_TOOL
+    assert query_attributes[A.GEN_AI_TOOL_CALL_ID] in asked  # the LLM's tool call it ran
+    assert json.loads(query_attributes[A.GEN_AI_TOOL_CALL_ARGUMENTS_ATTRIBUTE]) == {"query": "x"}
+    assert query_attributes[A.GEN_AI_TOOL_CALL_RESULT] == 'Error: (sqlite3.OperationalError) near "x": syntax error'
+    assert query["status_code"] == "UNSET" and query["episode_id"] == "ep-sql"
+    assert (schema["status_code"], schema_attributes[A.ERROR_TYPE]) == ("ERROR", "sqlite3.OperationalError")
+    assert schema["status_message"] == "OperationalError: no such table: x"  # raised, handled by ToolNode
+    assert (listing["status_code"], listing["status_message"]) == ("ERROR", "no table starts with 'x'")  # handled by the tool
+
+    transitions = captured.dataset("ep-sql", reward=1.0)
+    manifest = json.loads((captured.tmp_path / "dataset" / A.DATASET_MANIFEST_FILE).read_text())
+    assert manifest["counts"]["rewards"]["by_name"] == {"air.sql_error": 1, "air.tool_error": 2, "grade": 1}
+    # each penalty lands on the call that asked for the tool; the grade on the last call
+    assert [t["reward"] for t in transitions] == pytest.approx([-0.1, -0.1, -0.1, 1.0])
