@@ -3,51 +3,68 @@
 tracerl asks the server for token ids and log-probs and takes them out of the answer when
 the agent did not ask for them. agentlightning's patched AgentOps reads them from the same
 answer after tracerl: with it installed, tracerl leaves them in. Needs ``agentlightning``
-(``pip install agentlightning==0.3.0``; skipped without it).
+(``pip install agentlightning==0.3.0``; skipped without it). The agent runs in a child
+process: agentlightning instruments the OpenAI SDK and sets the global tracer provider for
+good, which no other test of the session may inherit.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
+from tracerl_testing.scripted_server import running_scripted_server
+
 pytest.importorskip("agentlightning")
 
+AGENT = """
+import asyncio, json, sys
+import agentlightning as agl
+from agentlightning.store.memory import InMemoryLightningStore
+from openai import OpenAI
+import tracerl
 
-def test_both_captures_record_token_ids_and_logprobs(tmp_path, monkeypatch, parquet_spans):
-    monkeypatch.setenv("AGENTOPS_API_KEY", "dummy")
-    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import agentlightning as agl
-    from agentlightning.store.memory import InMemoryLightningStore
-    from openai import OpenAI
+base_url, data_dir = sys.argv[1:3]
+tracer = agl.AgentOpsTracer()
+store = InMemoryLightningStore()
+tracer.init_worker(0, store=store)  # agentops' tracer provider becomes the global one
+provider = tracerl.instrument(data_dir=data_dir)  # tracerl's processor joins it
 
-    import tracerl
-    from tracerl_testing.scripted_server import running_scripted_server
+async def rollout():
+    attempted = await store.start_rollout(input={})
+    ids = attempted.rollout_id, attempted.attempt.attempt_id
+    async with tracer.trace_context(name=ids[0], rollout_id=ids[0], attempt_id=ids[1]):
+        # the agent asks for neither token ids nor log-probs: tracerl does
+        answer = OpenAI(base_url=base_url, api_key="unused").chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "2+2?"}])
+    return answer, await store.query_spans(*ids)
 
-    tracer = agl.AgentOpsTracer()
-    store = InMemoryLightningStore()
-    tracer.init_worker(0, store=store)  # agentops' tracer provider becomes the global one
-    provider = tracerl.instrument(data_dir=tmp_path / "data")  # tracerl's processor joins it
+answer, spans = asyncio.run(rollout())
+provider.force_flush()  # both exporters, and tracerl's Parquet commit
+[call] = [span for span in spans if span.name == "openai.chat.completion"]
+print(json.dumps({
+    "agent_saw_logprobs": answer.choices[0].logprobs is not None,
+    "prompt_token_ids": list(call.attributes.get("prompt_token_ids") or []),
+    "response_token_ids": list(call.attributes.get("response_token_ids") or []),
+    "logprobs": json.loads(call.attributes.get("logprobs.content") or "[]"),
+}))
+"""
 
-    async def rollout(client: OpenAI) -> tuple[object, list]:
-        attempted = await store.start_rollout(input={})
-        rollout_id, attempt_id = attempted.rollout_id, attempted.attempt.attempt_id
-        async with tracer.trace_context(name=rollout_id, rollout_id=rollout_id, attempt_id=attempt_id):
-            # the agent asks for neither token ids nor log-probs: tracerl does
-            answer = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "2+2?"}])
-        return answer, list(await store.query_spans(rollout_id, attempt_id))
 
+def test_both_captures_record_token_ids_and_logprobs(tmp_path, parquet_spans):
+    env = {**os.environ, "AGENTOPS_API_KEY": "dummy", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     with running_scripted_server() as server:
-        answer, spans = asyncio.run(rollout(OpenAI(base_url=server.base_url, api_key="unused")))
-    provider.force_flush()  # both exporters, and tracerl's Parquet commit
-
-    [call] = [span for span in spans if span.name == "openai.chat.completion"]
-    token_ids = list(call.attributes["response_token_ids"])
-    assert token_ids and list(call.attributes["prompt_token_ids"])
-    assert len(json.loads(call.attributes["logprobs.content"])) == len(token_ids)
-    assert answer.choices[0].logprobs is not None  # left in for agentlightning's reader
+        done = subprocess.run([sys.executable, "-c", AGENT, server.base_url, str(tmp_path / "data")],
+                              capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    token_ids = seen["response_token_ids"]
+    assert token_ids and seen["prompt_token_ids"] and len(seen["logprobs"]) == len(token_ids)
+    assert seen["agent_saw_logprobs"]  # left in the answer for agentlightning's reader
     [row] = [r for r in parquet_spans(tmp_path / "data") if r["name"] == "openai.chat.completion"]
-    assert row["completion_token_ids"] == token_ids and len(row["completion_logprobs"]) == len(token_ids)
-
+    assert row["completion_token_ids"] == token_ids
+    assert row["completion_logprobs"] == pytest.approx([item["logprob"] for item in seen["logprobs"]])
