@@ -290,4 +290,4 @@ def _link_plan(files: list[Path], dataset: Path, plan: Path) -> None:
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
