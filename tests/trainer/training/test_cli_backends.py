@@ -12,6 +12,8 @@ import pytest
 from tracerl.schemas import DATASET_SCHEMA_VERSION
 from tracerl.trainer.training.checkpoint import CHECKPOINT_MANIFEST_FILE, read_checkpoint_manifest
 
+pytestmark = pytest.mark.slow  # each test starts `tracerl train` processes (~15 s apiece here)
+
 # two rows from each of policy versions 1, 2 and 3
 ROWS = [
     {"prompt_token_ids": [10, 11, 12], "response_token_ids": [20 + i % 2, 5], "response_logprobs": None,
