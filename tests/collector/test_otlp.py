@@ -47,6 +47,8 @@ def _ints(*values: int) -> AnyValue:
         (A.COMPLETION_TOKEN_IDS, AnyValue(string_value=pack_floats([0.5])), "expected a packed 'i4' array"),
         (A.COMPLETION_LOGPROBS, AnyValue(string_value="tokpack:f4:AAA"), "corrupt packed token array"),
         (A.COMPLETION_LOGPROBS, AnyValue(int_value=3), "expected an array of numbers"),
+        (A.COMPLETION_LOGPROBS, AnyValue(array_value=ArrayValue(values=[AnyValue(double_value=-1e300)])),
+         "out of float32 range"),
     ],
 )
 def test_a_bad_token_attribute_rejects_only_its_span(key, value, says):
