@@ -34,6 +34,7 @@ EXIT_CODES = {
     "locked": 3,  # another round holds the lock (a round longer than the schedule's period?)
     "publish_failed": 4,  # trained, not served: the next run publishes the same checkpoint again
     "report_failed": 5,  # recorded and served, but report.html was not refreshed
+    "held": 6,  # the gate held the checkpoint back: it scored worse than the served policy (not published)
 }
 
 _CONFIG = typer.Option(None, "--config", "-c", help="TOML file of the round (trainer/rounds/config.py shows every key).")
@@ -90,11 +91,14 @@ def run(
     backend: Optional[str] = typer.Option(None, "--backend", help="torch or openrlhf."),
     endpoint: list[str] = typer.Option([], "--endpoint", help="Publish to this endpoint (repeatable; replaces the file's)."),
     endpoint_kind: str = typer.Option(BuiltinServer.kind, "--endpoint-kind", help="What serves at --endpoint."),
+    eval_command: Optional[str] = typer.Option(None, "--eval", help="Gate: a command printing a checkpoint's held-out reward ({checkpoint} replaced)."),
+    gate_margin: Optional[float] = typer.Option(None, "--gate-margin", min=0.0, help="Gate: hold a checkpoint scoring worse than the served one by more."),
 ) -> None:
     """One scheduled round, then exit: new episodes -> dataset -> train -> publish -> record -> report."""
     try:
         cfg = _config_from_options(config, spans=spans, state=state, model=model, min_episodes=min_episodes, max_policy_lag=max_policy_lag,
-                                   split=split, agents=agents, backend=backend, endpoint=endpoint, endpoint_kind=endpoint_kind)
+                                   split=split, agents=agents, backend=backend, endpoint=endpoint, endpoint_kind=endpoint_kind,
+                                   eval_command=eval_command, gate_margin=gate_margin)
     except RoundConfigError as exc:
         raise typer.Exit(_emit({"status": "config_error", "reason": str(exc)})) from None
     raise typer.Exit(_emit(one_round(cfg)))

@@ -8,6 +8,8 @@
     min_episodes = 64
     max_policy_lag = 2
     backend = "torch"                              # or "openrlhf"
+    eval_command = "python eval.py {checkpoint}"   # optional gate: prints the held-out mean reward last
+    gate_margin = 0.02                             # do not publish a checkpoint scoring worse by more
 
     [build]                                        # BuildOptions fields (tracerl pipeline build-dataset)
     splits = ["train"]
@@ -60,6 +62,8 @@ class RoundConfig:
     max_policy_lag: int | None = None
     backend: str = BACKENDS[0]
     report: bool = True  # refresh STATE/report.html after each round
+    eval_command: str | None = None  # held-out evaluation of a checkpoint (trainer/rounds/gate.py): enables the gate
+    gate_margin: float = 0.0  # hold a checkpoint scoring below the current policy's score minus this
     build: BuildOptions = field(default_factory=lambda: BuildOptions(incremental=True))
     train: TrainConfig = field(default_factory=TrainConfig)
     openrlhf: OpenRLHFOptions = field(default_factory=OpenRLHFOptions)

@@ -10,7 +10,8 @@ mid-write sees the old table or the new one. Each entry is a policy version:
 - for trained versions: ``dataset`` (the round's folder, its files, the build manifest),
   ``episodes`` (id and the policy versions that sampled it), ``metrics``, ``skipped``;
 - ``published``: each endpoint, the version it serves it as, how long it took and when;
-  ``recorded_at``.
+  ``recorded_at``; with an eval command, ``eval_reward`` and the ``gate`` decision (a version it
+  held back was never published; the next round trains from the one before).
 
 The episodes a version trained on are its files' episodes; the files every version
 claimed are the watermark of the next round (:mod:`tracerl.trainer.rounds.round`).
@@ -48,6 +49,11 @@ class PolicyRegistry:
     def latest(self) -> dict[str, Any] | None:
         entries = self.entries()
         return entries[-1] if entries else None
+
+    def current(self) -> dict[str, Any] | None:
+        """The newest version the gate did not hold back: what is served, and what the next round trains."""
+        served = [e for e in self.entries() if not (e.get("gate") or {}).get("held")]
+        return served[-1] if served else None
 
     def get(self, version: int) -> dict[str, Any]:
         for entry in self.entries():

@@ -108,6 +108,7 @@ class RoundSummary:
     metrics: dict[str, Any] | None = None
     published: list[dict[str, Any]] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)  # per phase
+    gate: dict[str, Any] | None = None  # the gate's scores and decision, when there is an eval command
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None and v != [] and v != {}}
@@ -131,8 +132,9 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
     state = StateFolder(config.state)
     state.remove_partials()
     registry = PolicyRegistry(state.root)
-    parent = ensure_base(registry, config)
-    version = parent["version"] + 1
+    version = ensure_base(registry, config)["version"] + 1
+    parent = registry.current()
+    assert parent is not None  # the base version is never held back
     summary = RoundSummary(version=version, parent=parent["version"])
     clock = _PhaseClock(summary, on_phase, should_stop)
 
@@ -171,7 +173,14 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
     summary.checkpoint, summary.metrics = str(checkpoint), manifest.get("metrics")
 
     with clock("publish"):
-        summary.published = publish_everywhere(config.endpoints, checkpoint, version)
+        decision = None
+        if config.eval_command:
+            from tracerl.trainer.rounds.gate import gate
+
+            decision = gate(config.eval_command, config.gate_margin, checkpoint, parent)
+            summary.gate = decision
+        if not (decision and decision["held"]):
+            summary.published = publish_everywhere(config.endpoints, checkpoint, version)
     with clock("record"):
         registry.append({
             "version": version, "kind": "trained", "parent": parent["version"], "checkpoint": str(checkpoint),
@@ -180,9 +189,10 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
             "episodes": [{"episode_id": e, "policy_versions": v} for e, v in sorted(episodes.items())],
             "metrics": manifest.get("metrics"), "skipped": manifest.get("dataset", {}).get("skipped"),
             "published": summary.published, "seconds": summary.seconds, "recorded_at": utc_now(),
+            **({"eval_reward": decision["eval_reward"], "gate": decision} if decision else {}),
         })
         write_metrics(registry, state.metrics)
-    summary.status = "trained"
+    summary.status = "held" if decision and decision["held"] else "trained"
     if config.report:
         with clock("report"):
             try:
