@@ -18,7 +18,9 @@ from agents.tracing import Span as AgentsSpan
 from agents.tracing import Trace, TracingProcessor
 from opentelemetry import context, trace
 from opentelemetry.trace import Status, StatusCode
+from wrapt import wrap_function_wrapper
 
+from tracerl.instrumentation import capture_stats
 from tracerl.schemas import attributes as A
 
 logger = logging.getLogger(__name__)
@@ -118,3 +120,52 @@ class OTelTraceProcessor(TracingProcessor):
 
     def force_flush(self) -> None:
         pass
+
+
+# ---- set_tracing_disabled ---------------------------------------------------------------
+
+TRACING_KEPT_ON = (
+    "the OpenAI Agents SDK's tracing was switched off (set_tracing_disabled, RunConfig.tracing_disabled or "
+    "OPENAI_AGENTS_DISABLE_TRACING); tracerl kept it on for its own trace processor, the only one installed "
+    "(nothing goes to OpenAI), so agent names, tool and handoff spans are recorded"
+)
+TRACING_LOST = (
+    "the OpenAI Agents SDK's tracing is switched off and tracerl could not keep it on for its processor "
+    "(agents {version}): LLM calls have no agent names and its tools make no spans; remove set_tracing_disabled"
+)
+
+
+def keep_tracing_for_tracerl(provider_class: type) -> bool:
+    """Keep the SDK's tracing on while tracerl's processor is the only one.
+
+    Every model-provider example of the SDK calls ``set_tracing_disabled(True)``, to stop
+    the default uploader sending traces to OpenAI without a key. tracerl has replaced that
+    uploader, and without tracing the agent names and tool spans are lost; so as long as
+    the provider's processors are tracerl's alone, "disabled" is not passed on (a
+    processor the agent adds itself makes the switch count again). Reads the provider's
+    ``_multi_processor._processors`` and ``_disabled`` (SDK internals): False when they are
+    not there, and the caller says so.
+    """
+    if not all(hasattr(provider_class, name) for name in ("_refresh_disabled_flag", "create_trace", "create_span")):
+        return False
+
+    def only_tracerl(provider: Any) -> bool:
+        processors = getattr(getattr(provider, "_multi_processor", None), "_processors", None)
+        return bool(processors) and all(isinstance(p, OTelTraceProcessor) for p in processors)
+
+    def refresh(wrapped, instance, args, kwargs):
+        wrapped(*args, **kwargs)
+        if getattr(instance, "_disabled", False) and only_tracerl(instance):
+            instance._disabled = False
+            capture_stats.STATS.add_note(TRACING_KEPT_ON)
+
+    def create(wrapped, instance, args, kwargs):
+        if kwargs.get("disabled") and only_tracerl(instance):
+            kwargs = {**kwargs, "disabled": False}
+            capture_stats.STATS.add_note(TRACING_KEPT_ON)
+        return wrapped(*args, **kwargs)
+
+    wrap_function_wrapper(provider_class, "_refresh_disabled_flag", refresh)
+    wrap_function_wrapper(provider_class, "create_trace", create)
+    wrap_function_wrapper(provider_class, "create_span", create)
+    return True

@@ -12,8 +12,8 @@ import threading
 from collections import Counter
 
 FIX_UNRECOGNISED = (
-    "make the call with the OpenAI Python SDK (or a framework built on it, LiteLLM included), "
-    "or point the client at `tracerl gateway`"
+    "send it with the OpenAI Python SDK, LiteLLM or httpx (a JSON body, not a stream), which tracerl "
+    "captures, or point the client at `tracerl gateway`"
 )
 
 

@@ -1,4 +1,4 @@
-"""Hooks into agent frameworks, installed when (and only if) the framework is imported.
+"""Hooks into agent frameworks (and httpx), installed when (and only if) they are imported.
 
 Each hook either tells the tracerl span processor which (sub-)agent is running (an
 agent-name resolver) or turns the framework's own tracing into OTel spans. AutoGen
@@ -10,10 +10,12 @@ when the agent's code imports the framework itself.
 
 from __future__ import annotations
 
+import importlib
 import logging
 
 from wrapt import register_post_import_hook
 
+from tracerl.instrumentation import httpx_hook
 from tracerl.instrumentation.processor import add_agent_name_resolver
 
 logger = logging.getLogger(__name__)
@@ -28,6 +30,8 @@ def install() -> None:
     _installed = True
     register_post_import_hook(_hook_langchain, "langchain_core.runnables.config")
     register_post_import_hook(_hook_langchain_tools, "langchain_core.callbacks.manager")
+    for module in httpx_hook.HTTPX_MODULES:  # LiteLLM's own client, hand-written agents
+        register_post_import_hook(httpx_hook.wrap, module)
     register_post_import_hook(_hook_openai_agents, "agents")
     register_post_import_hook(_hook_agentops, "agentops.sdk.core")
     register_post_import_hook(_hook_agentops_exporter, "agentops.sdk.exporters")
@@ -67,10 +71,14 @@ def _hook_langchain_tools(module) -> None:
 def _hook_openai_agents(module) -> None:
     if not hasattr(module, "set_trace_processors"):
         return  # a user module that happens to be called `agents`
-    from tracerl.instrumentation.agents_sdk import OTelTraceProcessor
+    from tracerl.instrumentation import capture_stats
+    from tracerl.instrumentation.agents_sdk import TRACING_LOST, OTelTraceProcessor, keep_tracing_for_tracerl
 
     # replaces the default processor, which uploads traces to OpenAI
     module.set_trace_processors([OTelTraceProcessor()])
+    provider_module = importlib.import_module("agents.tracing.provider")
+    if not keep_tracing_for_tracerl(getattr(provider_module, "DefaultTraceProvider", object)):
+        capture_stats.STATS.add_note(TRACING_LOST.format(version=getattr(module, "__version__", "?")))
 
 
 # ---- agentops ---------------------------------------------------------------------------

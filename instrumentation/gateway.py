@@ -33,6 +33,7 @@ from tracerl.instrumentation import llm_span
 from tracerl.instrumentation.answer_split import split_answer
 from tracerl.instrumentation.answer_stream import SSERewriter, StreamTokens
 from tracerl.instrumentation.episodes import EpisodeTokenError, context_from_token
+from tracerl.instrumentation.processor import llm_request_captured
 from tracerl.instrumentation.request_plan import Plan, endpoint_kind, plan_request
 from tracerl.instrumentation.token_attributes import record
 from tracerl.schemas import attributes as A
@@ -102,10 +103,13 @@ class Gateway:
         upstream_request = self.client.build_request(
             request.method, path, params=request.query_params, headers=_forward_headers(request.headers), content=content
         )
+        in_flight = llm_request_captured.set(True)  # the gateway makes the call's span, not httpx_hook
         try:
             return await self.client.send(upstream_request, stream=True)
         except httpx.HTTPError as exc:
             return _error(502, f"tracerl gateway: upstream {self.upstream} unreachable: {exc!r}")
+        finally:
+            llm_request_captured.reset(in_flight)
 
     async def _pass_through(self, request: Request, path: str, body: bytes) -> Response:
         upstream = await self._send(request, path, body)

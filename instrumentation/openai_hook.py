@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import importlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -30,7 +30,7 @@ from tracerl.instrumentation.answer_stream import SSERewriter, StreamTokens
 from tracerl.instrumentation.call_failure import CallFailure
 from tracerl.instrumentation.call_tokens import Tokens
 from tracerl.instrumentation.processor import agent_name, is_llm_span, llm_request_captured, llm_span_chain
-from tracerl.instrumentation.request_plan import endpoint_kind, plan_request
+from tracerl.instrumentation.request_plan import Plan, endpoint_kind, plan_request
 from tracerl.instrumentation.settings import settings
 from tracerl.instrumentation.token_attributes import record, token_attributes
 from tracerl.schemas import attributes as A
@@ -54,6 +54,12 @@ def install() -> None:
     _installed = True
 
 
+def plan_call(kind: str, body: dict, host: str) -> tuple[Plan, dict | None]:
+    """The plan of an LLM request to ``host`` and the body to send (``None``: unchanged)."""
+    refusal = settings().why_not_ask_tokens(host)
+    return plan_request(kind, body, refusal is None, refusal, others_read_answer=installed_reader() is not None)
+
+
 def _build_request(wrapped, instance, args, kwargs):
     if not is_instrumentation_enabled():  # inside OTel's suppress_instrumentation(): record nothing
         return wrapped(*args, **kwargs)
@@ -64,8 +70,7 @@ def _build_request(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     if options.extra_json:
         body = {**body, **options.extra_json}
-    refusal = settings().why_not_ask_tokens(instance.base_url.host)
-    plan, new_body = plan_request(kind, body, refusal is None, refusal, others_read_answer=installed_reader() is not None)
+    plan, new_body = plan_call(kind, body, instance.base_url.host)
     if new_body is not None:
         # `options` is the SDK's own copy for this attempt: retries start again from theirs
         options.json_data, options.extra_json = new_body, None
@@ -263,17 +268,31 @@ def _send_request(wrapped, instance, args, kwargs):
     request = args[0] if args else kwargs["request"]
     if PLAN_EXTENSION not in request.extensions:
         return wrapped(*args, **kwargs)
+    return send_captured(request, lambda: wrapped(*args, **kwargs))
+
+
+async def _send_request_async(wrapped, instance, args, kwargs):
+    request = args[0] if args else kwargs["request"]
+    if PLAN_EXTENSION not in request.extensions:
+        return await wrapped(*args, **kwargs)
+    return await asend_captured(request, lambda: wrapped(*args, **kwargs))
+
+
+def send_captured(request: Any, send: Callable[[], Any]) -> Any:
+    """Send ``request`` (an httpx request carrying its plan in ``PLAN_EXTENSION``) with
+    ``send``, which must return the response unread; capture the call and hand back the
+    response its client would have had."""
     capture = _Capture(request)
     in_flight = llm_request_captured.set(True)
     try:
-        response = wrapped(*args, **kwargs)
+        response = send()
     except BaseException as error:
         capture.finish(failure=CallFailure.from_exception(error))
         raise
     finally:
         llm_request_captured.reset(in_flight)
     if response.status_code >= 400:
-        response.read()  # the SDK reads it too, to raise with the server's message
+        response.read()  # the client reads it too, to raise with the server's message
         return capture.fail(response)
     handled = capture.response(response)
     if handled is not None:
@@ -282,21 +301,19 @@ def _send_request(wrapped, instance, args, kwargs):
     return capture.whole_body(response)
 
 
-async def _send_request_async(wrapped, instance, args, kwargs):
-    request = args[0] if args else kwargs["request"]
-    if PLAN_EXTENSION not in request.extensions:
-        return await wrapped(*args, **kwargs)
+async def asend_captured(request: Any, send: Callable[[], Awaitable[Any]]) -> Any:
+    """:func:`send_captured` for async clients."""
     capture = _Capture(request)
     in_flight = llm_request_captured.set(True)
     try:
-        response = await wrapped(*args, **kwargs)
+        response = await send()
     except BaseException as error:
         capture.finish(failure=CallFailure.from_exception(error))
         raise
     finally:
         llm_request_captured.reset(in_flight)
     if response.status_code >= 400:
-        await response.aread()  # the SDK reads it too, to raise with the server's message
+        await response.aread()  # the client reads it too, to raise with the server's message
         return capture.fail(response)
     handled = capture.response(response)
     if handled is not None:

@@ -29,18 +29,44 @@ def stage_counts(con: duckdb.DuckDBPyConnection, files: SpanFiles, previously: i
     skipped_calls = _grouped(con, "SELECT excluded, count(*) FROM call_status WHERE excluded IS NOT NULL GROUP BY 1")
     no_reward_calls = one("SELECT count(*) FROM policy_calls WHERE episode_id NOT IN (SELECT episode_id FROM rewarded_episodes)")
     no_tokens = one(
-        "SELECT count(*) FROM policy_calls WHERE NOT has_tokens AND episode_id IN (SELECT episode_id FROM rewarded_episodes)"
+        "SELECT count(*) FROM policy_calls WHERE NOT has_tokens AND coalesce(status_code, '') <> 'ERROR' "
+        "AND episode_id IN (SELECT episode_id FROM rewarded_episodes)"
+    )
+    # a call that failed (error.type and the server's message on its span) is no call "without token ids"
+    failed_messages = _grouped(
+        con,
+        "SELECT coalesce(m.status_message, '(no message)'), count(*) FROM policy_calls p JOIN span_meta m USING (trace_id, span_id) "
+        "WHERE NOT p.has_tokens AND p.status_code = 'ERROR' GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 5",
+    )
+    failed = one(
+        "SELECT count(*) FROM policy_calls WHERE NOT has_tokens AND status_code = 'ERROR' "
+        "AND episode_id IN (SELECT episode_id FROM rewarded_episodes)"
     )
     if no_reward_calls:
         skipped_calls["episode_no_reward"] = no_reward_calls
     if no_tokens:
         skipped_calls["no_token_ids"] = no_tokens
+    if failed:
+        skipped_calls["failed"] = failed
     return {
         "files": {"read": len(files.files), "rejected": len(files.rejected), "reward_files": len(files.reward_files)},
         "spans": {
             "rows": one("SELECT count(*) FROM raw_spans"),
             "distinct": one("SELECT count(*) FROM span_meta"),
             "content_layouts": _grouped(con, "SELECT content_layout, count(*) FROM llm_calls GROUP BY 1 ORDER BY 1"),
+            # HTTP client spans of LLM requests: a captured call's transport, or a request no hook recognised
+            "http_llm_requests": _grouped(
+                con,
+                f"SELECT attr(attributes, {sql_str(A.HTTP_LLM_REQUEST)}), count(*) FROM raw_spans "
+                f"WHERE attributes LIKE {sql_str('%' + A.HTTP_LLM_REQUEST + '%')} GROUP BY 1 ORDER BY 1",
+            ),
+            "unrecognised_llm_requests": _grouped(
+                con,
+                f"SELECT coalesce(attr(attributes, {sql_str(A.URL_FULL)}), attr(attributes, {sql_str(A.HTTP_URL_OLD)})), "
+                f"count(*) FROM raw_spans WHERE attributes LIKE {sql_str('%' + A.HTTP_LLM_REQUEST + '%')} "
+                f"AND attr(attributes, {sql_str(A.HTTP_LLM_REQUEST)}) = {sql_str(A.HTTP_LLM_REQUEST_UNRECOGNISED)} "
+                "GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 5",
+            ),
         },
         "episodes": {
             "total": one("SELECT count(*) FROM episodes"),
@@ -70,6 +96,7 @@ def stage_counts(con: duckdb.DuckDBPyConnection, files: SpanFiles, previously: i
                 con, "SELECT coalesce(agent_name, '(none)'), count(*) FROM llm_calls GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20"
             ),
             "skipped": dict(sorted(skipped_calls.items())),
+            "failed_messages": failed_messages,
         },
         "rewards": {
             "by_source": _grouped(con, "SELECT source, count(*) FROM rewards GROUP BY 1 ORDER BY 1"),
@@ -110,6 +137,7 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any], advantage: str) -> list[
         notes.append("no LLM calls found: spans need token ids or gen_ai/OpenLLMetry/OpenInference LLM attributes")
     labels = {
         "no_token_ids": f"LLM call(s) without prompt/completion token ids (serve with token ids returned, e.g. vLLM {A.VLLM_RETURN_TOKEN_IDS_FIELD})",
+        "failed": f"LLM call(s) failed (their spans' {A.ERROR_TYPE} and status message say why)",
         "agent_filter": "LLM call(s) excluded by --agents",
         "policy_version_filter": "LLM call(s) excluded by --policy-versions",
         "split_filter": "LLM call(s) excluded by --split",
@@ -119,6 +147,16 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any], advantage: str) -> list[
     }
     for reason, n in c["llm_calls"]["skipped"].items():
         notes.append(f"{n} {labels.get(reason, reason)}")
+    unrecognised = c["spans"].get("unrecognised_llm_requests")
+    if unrecognised:
+        notes.append(
+            f"{sum(unrecognised.values())} LLM request(s) seen only as HTTP client spans, no hook recognised them "
+            f"({'; '.join(f'{n} x POST {url}' for url, n in unrecognised.items())}): send them with the OpenAI Python "
+            "SDK, LiteLLM or httpx (a JSON body, not a stream), which tracerl captures, or point the client at `tracerl gateway`"
+        )
+    failed = c["llm_calls"].get("failed_messages")
+    if failed:
+        notes.append("failed LLM calls, by the server's message: " + "; ".join(f"{n} x {m}" for m, n in failed.items()))
     r = c["rewards"]
     if c["episodes"]["agentlightning_without_reward"]:
         notes.append(

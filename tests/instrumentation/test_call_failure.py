@@ -7,6 +7,8 @@ import json
 import pytest
 
 from tracerl.instrumentation.call_failure import CallFailure
+from tracerl.pipeline.options import BuildOptions
+from tracerl.pipeline.doctor import diagnose
 from tracerl.schemas import attributes as A
 
 
@@ -44,7 +46,8 @@ def test_failed_calls_are_recorded_as_failed_with_the_servers_message(captured, 
         except openai.APIConnectionError:
             print("AGENT SAW no answer")
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
-        """
+        """,
+        "--task-id", "t-1", "--episode-id", "ep-failing",
     )
     assert done.returncode == 0, done.stderr
     assert "AGENT SAW 404" in done.stdout and "AGENT SAW no answer" in done.stdout  # errors reach the agent unchanged
@@ -56,3 +59,12 @@ def test_failed_calls_are_recorded_as_failed_with_the_servers_message(captured, 
     assert ok["status_code"] == "UNSET" and ok["completion_token_ids"] == server.calls[-1].token_ids
     assert "1 with exact token ids, 0 without, 2 failed" in done.stderr
     assert "tracerl: 2 LLM calls failed (1 x 404: " in done.stderr
+
+
+    (transition,) = captured.dataset("ep-failing")  # the call that succeeded
+    assert transition["response_token_ids"] == server.calls[-1].token_ids
+    notes = diagnose(captured.data_dir, BuildOptions())["notes"]
+    assert "2 LLM call(s) failed (their spans' error.type and status message say why)" in notes
+    assert not [n for n in notes if "without prompt/completion token ids" in n]
+    (messages,) = [n for n in notes if n.startswith("failed LLM calls, by the server's message")]
+    assert "1 x The model `missing-model` does not exist." in messages

@@ -120,6 +120,35 @@ def test_openai_agents_sdk_agent_names_and_no_upload_to_openai(captured, server)
     assert "handoff triage -> solver" in names
 
 
+@pytest.mark.parametrize("switch_off", ["set_tracing_disabled(True)", "os.environ['OPENAI_AGENTS_DISABLE_TRACING'] = '1'"])
+def test_agents_sdk_tracing_switched_off_keeps_agent_names_and_tool_spans(captured, server, switch_off):
+    pytest.importorskip("agents")
+    done = captured.tracerl_run(
+        f"""
+        import asyncio, os
+        from openai import AsyncOpenAI
+        from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
+        from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
+
+        {switch_off}  # as the SDK's model-provider examples do
+
+        @function_tool
+        def lookup(q: str) -> str:
+            "Look q up."
+            return "42"
+
+        model = OpenAIChatCompletionsModel(model="m", openai_client=AsyncOpenAI(base_url=os.environ["BASE_URL"]))
+        agent = Agent(name="solver", instructions="Solve.", model=model, tools=[lookup])
+        asyncio.run(Runner.run(agent, "6*7?", run_config=RunConfig(tracing_disabled=True)))
+        """,
+        "--episode-id", "ep-untraced",
+    )
+    assert done.returncode == 0, done.stderr
+    check_calls(captured, server, ["solver", "solver"], "ep-untraced")
+    assert "execute_tool lookup" in [r["name"] for r in captured.rows()]
+    assert "tracerl kept it on for its own trace processor" in done.stderr
+
+
 def test_autogen_agent_names_from_autogen_core_spans(captured, server):
     pytest.importorskip("autogen_agentchat")
     out = run_ok(

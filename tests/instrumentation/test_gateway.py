@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from opentelemetry import propagate
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 import tracerl
 from tracerl.instrumentation.gateway import create_gateway_app
@@ -25,6 +26,14 @@ from tracerl.uvicorn_thread import serve_in_thread
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "2+2?"}]}
 SECRET = "sk-gateway-SECRET-0123456789abcdef"
+
+
+@pytest.fixture(autouse=True)
+def uninstrumented_agent():
+    """The agents in front of the gateway are ones tracerl cannot instrument: this process's
+    own requests (which tracerl's httpx hook would capture) are not recorded."""
+    with suppress_instrumentation():
+        yield
 
 
 @pytest.fixture()

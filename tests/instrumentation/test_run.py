@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tracerl.pipeline.doctor import diagnose
+from tracerl.pipeline.options import BuildOptions
 from tracerl.schemas import attributes as A
 
 AGENT = """
@@ -126,8 +128,11 @@ def test_an_llm_request_no_hook_recognises_is_named_at_exit_with_the_fix(capture
     done = captured.tracerl_run(
         """
         import os, httpx
-        httpx.post(os.environ["BASE_URL"] + "/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
-        """
+        # a body sent as a stream: no hook reads it, so none can ask for token ids
+        body = iter([b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'])
+        httpx.post(os.environ["BASE_URL"] + "/chat/completions", content=body, headers={"content-type": "application/json"})
+        """,
+        "--episode-id", "ep-raw",
     )
     assert done.returncode == 0, done.stderr
     assert len(server.calls) == 1 and not captured.llm_calls()
@@ -135,3 +140,5 @@ def test_an_llm_request_no_hook_recognises_is_named_at_exit_with_the_fix(capture
     assert json.loads(http["attributes"])[A.HTTP_LLM_REQUEST] == A.HTTP_LLM_REQUEST_UNRECOGNISED
     assert f"1 LLM requests were seen only as HTTP client spans, with no LLM-call span or token ids (1 x POST {server.base_url}/chat/completions)" in done.stderr
     assert "point the client at `tracerl gateway`" in done.stderr
+    (note,) = [n for n in diagnose(captured.data_dir, BuildOptions())["notes"] if "seen only as HTTP client spans" in n]
+    assert f"1 x POST {server.base_url}/chat/completions" in note
