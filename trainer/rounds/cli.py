@@ -177,7 +177,7 @@ def list_policies(config: Optional[Path] = _CONFIG, state: Optional[Path] = _STA
         loss = (e.get("metrics") or {}).get("loss")
         where = ", ".join(f"{p['endpoint']} as {p['policy_version']}" for p in e.get("published", [])) or "-"
         typer.echo(f"{e['version']:>7}  {e['kind']:<8}  {e['parent'] if e['parent'] is not None else '-':>6}  "
-                   f"{len(e.get('episodes', [])):>8}  {loss if loss is None else f'{loss:.4g}'!s:>10}  {e['recorded_at']:<25}  {where}")
+                   f"{len(e.get('episodes', [])):>8}  {'-' if loss is None else f'{loss:.4g}':>10}  {e['recorded_at']:<25}  {where}")
 
 
 @policy_app.command("show")
