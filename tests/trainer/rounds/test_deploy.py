@@ -33,14 +33,14 @@ def cronjob_container() -> tuple[dict, dict]:
     return job, container
 
 
-def a_round_folder(home: Path, model: Path) -> Path:
+def a_round_folder(home: Path, model: Path, report: bool = False) -> Path:
     """``HOME/tracerl`` with a round.toml over captured episodes (deploy/round.toml's keys, local values)."""
     folder = home / "tracerl"
     rows = [row for i in range(4) for row in chat_episode(f"ep-{i}", task=f"t{i % 2}", reward=float(i % 2))]
     write_spans(home / "data", rows)
     folder.mkdir(parents=True)
     (folder / "round.toml").write_text(
-        f'spans = "{home / "data"}"\nstate = "rounds"\nmodel = "{model}"\nreport = false\n[train]\nepochs = 1\n'
+        f'spans = "{home / "data"}"\nstate = "rounds"\nmodel = "{model}"\nreport = {str(report).lower()}\n[train]\nepochs = 1\n'
     )
     return folder
 
@@ -49,8 +49,8 @@ def venv_path() -> str:
     return f"{Path(sys.executable).parent}:/usr/bin:/bin"  # where `tracerl` is installed, as the docs ask of PATH
 
 
-def test_the_crontab_line_runs_a_round_and_logs_its_json_line(tmp_path, tiny_checkpoint):
-    folder = a_round_folder(tmp_path, tiny_checkpoint)
+def test_the_crontab_line_runs_a_round_logs_its_json_line_and_refreshes_the_report(tmp_path, tiny_checkpoint):
+    folder = a_round_folder(tmp_path, tiny_checkpoint, report=True)
     schedule, command = crontab_entry()
     assert schedule == "*/10 * * * *"
     env = {"HOME": str(tmp_path), "PATH": venv_path(), "LANG": "C.UTF-8"}  # cron's spare environment
@@ -58,6 +58,8 @@ def test_the_crontab_line_runs_a_round_and_logs_its_json_line(tmp_path, tiny_che
     assert done.returncode == 0, (folder / "rounds.log").read_text()
     summary = json.loads((folder / "rounds.log").read_text().strip().splitlines()[-1])
     assert summary["status"] == "trained" and summary["version"] == 1 and summary["episodes"] == 4
+    report = (folder / "rounds" / "report.html").read_text()
+    assert "report" in summary["seconds"] and "<svg" in report and "clip_fraction" in report  # with the rounds' metrics
 
 
 def test_the_systemd_units_execstart_runs_a_round_in_its_working_directory(tmp_path, tiny_checkpoint):
