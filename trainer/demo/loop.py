@@ -173,7 +173,10 @@ def run_demo(cfg: DemoConfig, on_phase: Callable[[int, str], None] | None = None
                 stats = trainer.train(samples)
                 checkpoint = trainer.save(out / "policy" / f"v{rnd + 1}")
                 publish(checkpoint, served.target, version=rnd + 1)
-                row.update(train_loss=stats.loss, clip_fraction=stats.clip_fraction, approx_kl=stats.approx_kl, skipped=skipped)
+                row.update(
+                    train_loss=stats.loss, clip_fraction=stats.clip_fraction, approx_kl=stats.approx_kl,
+                    served_logprob_gap=stats.served_logprob_gap, skipped=skipped,
+                )
             row["seconds"] = round(time.time() - t0, 2)
             rows.append(row)
             with metrics_path.open("a", encoding="utf-8") as handle:

@@ -30,6 +30,8 @@ def test_short_loop_trains_and_refreshes_the_endpoint(tmp_path):
         # one transition per LLM call: 2 calls per episode, training episodes only
         assert row["transitions"] == 4 * 2 * 2
     assert rows[0]["train_loss"] is not None and "train_loss" not in rows[1]
+    # the trainer starts from the weights that sampled round 0: its log-probs are the served ones
+    assert rows[0]["served_logprob_gap"] < 1e-3
     assert (tmp_path / "run" / "policy" / "v1" / "config.json").exists()
     assert (tmp_path / "run" / "reward_curve.png").stat().st_size > 1000
     assert (0, "running the agent") in phases and (0, "training") in phases
