@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import pytest
@@ -14,6 +13,7 @@ from tracerl.pipeline.report import report_data
 from tracerl.schemas import attributes as A
 from tracerl_testing.browser import chromium_path, open_page
 from tracerl_testing.span_builders import episode_span, llm_call, reward_span, tool_span, write_spans
+from tracerl_testing.installed import require
 
 # (episode, policy version, split, reward): every episode has a planner call, a failing tool, a coder call
 EPISODES = [("e0", 1, "train", 0.0), ("e1", 1, "train", 1.0), ("e2", 2, "train", 1.0), ("e3", 2, "test", 0.5),
@@ -84,10 +84,7 @@ Object.fromEntries([...document.querySelectorAll('figure[data-chart]')].map(figu
 
 
 def test_the_page_draws_every_chart_in_headless_chromium(data_dir, tmp_path):
-    if chromium_path() is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI installs Debian's chromium (.ci/run); it is missing")
-        pytest.skip("no chromium on PATH (apt-get install chromium)")
+    require(chromium_path() is not None, "chromium", "apt-get install chromium (Debian's package)")
     page_file = tmp_path / "report.html"
     result = CliRunner().invoke(app, ["report", str(_write_data(data_dir)), "--out", str(page_file),
                                       "--runs", str(_write_runs(tmp_path / "runs"))])

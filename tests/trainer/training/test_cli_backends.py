@@ -11,6 +11,7 @@ import pytest
 
 from tracerl.schemas import DATASET_SCHEMA_VERSION
 from tracerl.trainer.training.checkpoint import CHECKPOINT_MANIFEST_FILE, read_checkpoint_manifest
+from tracerl_testing.installed import require_openrlhf
 
 pytestmark = pytest.mark.slow  # each test starts `tracerl train` processes (~15 s apiece here)
 
@@ -30,6 +31,8 @@ def _train(tmp_path, model, *extra: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("backend", ["torch", "openrlhf"])
 def test_each_backend_skips_stale_rows_counts_them_and_writes_the_manifest(tmp_path, tiny_checkpoint, write_dataset, backend):
+    if backend == "openrlhf":
+        require_openrlhf()
     write_dataset(tmp_path / "ds", ROWS)
     done = _train(tmp_path, tiny_checkpoint, "--backend", backend, "--max-policy-lag", "1", "--epochs", "1")
     assert done.returncode == 0, done.stderr
@@ -62,6 +65,7 @@ def test_the_lag_counts_from_the_parent_checkpoints_version(tmp_path, tiny_check
 
 
 def test_only_stale_rows_is_a_clear_error(tmp_path, tiny_checkpoint, write_dataset):
+    require_openrlhf()
     write_dataset(tmp_path / "ds", [dict(row, policy_version=0) for row in ROWS[:2]] + [dict(ROWS[2], policy_version=None)])
     parent = tmp_path / "parent"
     parent.mkdir()
@@ -75,6 +79,7 @@ def test_only_stale_rows_is_a_clear_error(tmp_path, tiny_checkpoint, write_datas
 
 
 def test_a_dataset_of_another_schema_version_is_refused_by_the_openrlhf_backend_too(tmp_path, tiny_checkpoint, write_dataset):
+    require_openrlhf()
     write_dataset(tmp_path / "ds", ROWS, schema_version=DATASET_SCHEMA_VERSION + 1)
     done = _train(tmp_path, tiny_checkpoint, "--backend", "openrlhf")
     assert done.returncode != 0 and not (tmp_path / "v4").exists()
@@ -82,6 +87,7 @@ def test_a_dataset_of_another_schema_version_is_refused_by_the_openrlhf_backend_
 
 
 def test_unknown_backend_and_kl_without_reference_are_named(tmp_path, tiny_checkpoint, write_dataset):
+    require_openrlhf()
     write_dataset(tmp_path / "ds", ROWS)
     done = _train(tmp_path, tiny_checkpoint, "--backend", "jax")
     assert done.returncode != 0 and "unknown backend 'jax': use torch or openrlhf" in done.stderr

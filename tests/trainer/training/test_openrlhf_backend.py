@@ -18,6 +18,9 @@ from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import Sample
 from tracerl.trainer.training.openrlhf_backend import OpenRLHFOptions, OpenRLHFTrainer
 from tracerl.trainer.training.torch_backend import PolicyTrainer, token_logprobs
+from tracerl_testing.installed import require_openrlhf
+
+require_openrlhf()
 
 PROMPT = [10, 11, 12, 13]
 RESPONSES = [([40, 41], 1.0), ([50, 51, 52], -1.0), ([60], 0.5), ([70, 71], -0.5)]

@@ -9,6 +9,9 @@ import torch
 
 from tracerl.trainer.training import openrlhf_compat as compat
 from tracerl.trainer.training.openrlhf_compat import CPU_DTYPE, FLASH_ATTN_KERNELS, cuda_available, import_openrlhf
+from tracerl_testing.installed import require_openrlhf
+
+require_openrlhf()
 
 pytestmark = pytest.mark.skipif(cuda_available(), reason="these are the CPU fixes; a CUDA machine runs OpenRLHF unpatched")
 

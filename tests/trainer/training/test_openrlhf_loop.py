@@ -19,6 +19,9 @@ from tracerl.trainer.training.checkpoint import read_checkpoint_manifest
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import Sample
 from tracerl.trainer.training.openrlhf_backend import OpenRLHFOptions, OpenRLHFTrainer
+from tracerl_testing.installed import require_openrlhf
+
+require_openrlhf()
 
 PROMPT = [10, 11, 12, 13, 14]
 TARGET = 40  # the reward: how often the response holds this token

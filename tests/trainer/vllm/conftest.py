@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM
 
 from tracerl.trainer.serving.vllm_process import VLLM_PYTHON_ENV, running_vllm
 from tracerl.trainer.tiny_model import build_tiny_model
+from tracerl_testing.installed import require
 from tracerl_testing.net import free_port
 from tracerl_testing.peft_adapter_runner import run_peft_adapter
 
@@ -29,8 +30,7 @@ LORA_RANK = 8
 @pytest.fixture(scope="session")
 def vllm_python() -> str:
     python = os.environ.get(VLLM_PYTHON_ENV) or str(REPO / ".venv-vllm" / "bin" / "python")
-    if not Path(python).is_file():
-        pytest.skip(f"no vLLM environment ({VLLM_PYTHON_ENV} unset and {python} missing): .ci/run builds it")
+    require(Path(python).is_file(), "the CPU vLLM", f"set {VLLM_PYTHON_ENV} or build {python} as .ci/run does")
     os.environ[VLLM_PYTHON_ENV] = python
     return python
 
