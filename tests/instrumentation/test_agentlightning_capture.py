@@ -2,10 +2,12 @@
 
 tracerl asks the server for token ids and log-probs and takes them out of the answer when
 the agent did not ask for them. agentlightning's patched AgentOps reads them from the same
-answer after tracerl: with it installed, tracerl leaves them in. Needs ``agentlightning``
-(``pip install agentlightning==0.3.0``; skipped without it). The agent runs in a child
-process: agentlightning instruments the OpenAI SDK and sets the global tracer provider for
-good, which no other test of the session may inherit.
+answer after tracerl: with it installed, tracerl leaves them in.
+
+agentlightning 0.3 lives in an environment of its own (its pins: openai<3, polars<2, and
+through litellm[proxy] mcp>=2.2, which autogen-ext's MCP tools cannot import): the agent runs
+there, in a child process, with ``TRACERL_AGL_PYTHON`` (what ``benchmarks/pipeline_build.py``
+uses too), else this checkout's ``.venv-agl``; the scripted server and the checks run here.
 """
 
 from __future__ import annotations
@@ -13,13 +15,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
+from pathlib import Path
 
 import pytest
 
+from tracerl_testing.installed import require
 from tracerl_testing.scripted_server import running_scripted_server
 
-pytest.importorskip("agentlightning")
+REPO = Path(__file__).resolve().parents[2]
+AGL_PYTHON = os.environ.get("TRACERL_AGL_PYTHON") or str(REPO / ".venv-agl" / "bin" / "python")
+AGL_HOW = (f"set TRACERL_AGL_PYTHON or build {AGL_PYTHON} as .ci/run does "
+           "(a venv with agentlightning==0.3.0 and tracerl: pip install agentlightning==0.3.0 -e .)")
 
 AGENT = """
 import asyncio, json, sys
@@ -56,9 +62,11 @@ print(json.dumps({
 
 
 def test_both_captures_record_token_ids_and_logprobs(tmp_path, parquet_spans):
+    require(Path(AGL_PYTHON).is_file(), "agentlightning's environment", AGL_HOW)
+    # LITELLM_LOCAL_MODEL_COST_MAP: litellm, which agentlightning imports, stays off the network
     env = {**os.environ, "AGENTOPS_API_KEY": "dummy", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     with running_scripted_server() as server:
-        done = subprocess.run([sys.executable, "-c", AGENT, server.base_url, str(tmp_path / "data")],
+        done = subprocess.run([AGL_PYTHON, "-c", AGENT, server.base_url, str(tmp_path / "data")],
                               capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
