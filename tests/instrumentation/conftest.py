@@ -92,10 +92,11 @@ class Captured:
         path.write_text(textwrap.dedent(source))
         return path
 
-    def tracerl_run(self, source: str, *options: str, **env: str) -> subprocess.CompletedProcess:
+    def tracerl_run(self, source: str, *options: str, python: str = sys.executable, **env: str) -> subprocess.CompletedProcess:
+        """``tracerl run`` the agent with ``python`` (another venv's, for clients this one cannot hold)."""
         script = self.script(source)
-        command = [str(Path(sys.executable).parent / "tracerl"), "run", "--data-dir", str(self.data_dir), *options]
-        return self._run([*command, "--", sys.executable, str(script)], env)
+        command = [str(Path(python).parent / "tracerl"), "run", "--data-dir", str(self.data_dir), *options]
+        return self._run([*command, "--", python, str(script)], env)
 
     def otel_instrument(self, source: str, **env: str) -> subprocess.CompletedProcess:
         script = self.script(source)

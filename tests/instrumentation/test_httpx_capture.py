@@ -5,10 +5,17 @@ client seeing the answer it would have had."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
 from tracerl.schemas import attributes as A
+from tracerl_testing.installed import require
+
+REPO = Path(__file__).resolve().parents[2]
+LITELLM_PYTHON = os.environ.get("TRACERL_LITELLM_PYTHON") or str(REPO / ".venv-litellm" / "bin" / "python")
+LITELLM_HOW = f"set TRACERL_LITELLM_PYTHON or build {LITELLM_PYTHON} as .ci/run does (litellm, openai-agents, tracerl)"
 
 RAW_AGENT = """
     import asyncio, json, os, httpx
@@ -66,9 +73,11 @@ LITELLM_AGENT = """
 
 
 def test_litellm_calls_get_exact_tokens(captured, server):
-    pytest.importorskip("litellm")
-    pytest.importorskip("agents")
-    done = captured.tracerl_run(LITELLM_AGENT, "--episode-id", "ep-litellm", LITELLM_LOCAL_MODEL_COST_MAP="True")
+    """In LiteLLM's own venv (.ci/run builds it): litellm pins the OpenAI SDK 2.x, this one has 3.x."""
+    require(Path(LITELLM_PYTHON).is_file(), "LiteLLM's environment", LITELLM_HOW)
+    done = captured.tracerl_run(
+        LITELLM_AGENT, "--episode-id", "ep-litellm", python=LITELLM_PYTHON, LITELLM_LOCAL_MODEL_COST_MAP="True"
+    )
     assert done.returncode == 0, done.stderr
     assert "STREAMED done after 1 messages" in done.stdout and "AGENT done after 2 messages" in done.stdout
     calls = captured.llm_calls()
