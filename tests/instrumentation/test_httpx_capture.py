@@ -15,7 +15,7 @@ from tracerl_testing.installed import require
 
 REPO = Path(__file__).resolve().parents[2]
 LITELLM_PYTHON = os.environ.get("TRACERL_LITELLM_PYTHON") or str(REPO / ".venv-litellm" / "bin" / "python")
-LITELLM_HOW = f"set TRACERL_LITELLM_PYTHON or build {LITELLM_PYTHON} as .ci/run does (litellm, openai-agents, tracerl)"
+LITELLM_HOW = f"set TRACERL_LITELLM_PYTHON or build {LITELLM_PYTHON} as .ci/run does (litellm, langchain-litellm, openai-agents, tracerl)"
 
 RAW_AGENT = """
     import asyncio, json, os, httpx
@@ -69,6 +69,9 @@ LITELLM_AGENT = """
     set_tracing_disabled(True)
     agent = Agent(name="rag", instructions="Answer.", model=LitellmModel(model="hosted_vllm/m", base_url=base, api_key="x"))
     print("AGENT", asyncio.run(Runner.run(agent, "hi")).final_output)
+
+    from langchain_litellm import ChatLiteLLM  # LangChain's LiteLLM chat model
+    print("LANGCHAIN", ChatLiteLLM(model="hosted_vllm/m", api_base=base, api_key="x").invoke("hi").content)
     """
 
 
@@ -81,7 +84,8 @@ def test_litellm_calls_get_exact_tokens(captured, server):
     assert done.returncode == 0, done.stderr
     assert "STREAMED done after 1 messages" in done.stdout and "AGENT done after 2 messages" in done.stdout
     calls = captured.llm_calls()
-    assert len(calls) == len(server.calls) == 4
+    assert "LANGCHAIN done after 1 messages" in done.stdout
+    assert len(calls) == len(server.calls) == 5
     for row, truth in zip(calls, server.calls):
         assert row["prompt_token_ids"] == truth.prompt_token_ids and row["completion_token_ids"] == truth.token_ids
     assert calls[3]["agent_name"] == "rag"  # set_tracing_disabled(True) did not lose it
