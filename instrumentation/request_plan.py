@@ -51,6 +51,9 @@ def plan_request(
     adds then stays in the answer, as someone besides tracerl needs it.
     """
     stream = bool(body.get("stream"))
+    if ask and kind == "chat" and body.get("top_logprobs") and not body.get("logprobs"):
+        # adding logprobs would turn the request the server refuses into one it answers
+        ask, reason = False, "top_logprobs without logprobs: sent unchanged, the server's answer is the agent's"
     if not ask:
         return Plan(kind, False, False, False, stream, reason), None
     new = dict(body)

@@ -42,6 +42,12 @@ def test_a_refused_request_is_sent_unchanged_with_the_reason():
     assert sent is None and not plan.ask and plan.reason == "hosted API api.openai.com"
 
 
+def test_a_request_the_server_must_refuse_is_not_made_valid_by_capture():
+    # top_logprobs without logprobs is a 400 from vLLM and OpenAI; adding logprobs would answer it
+    plan, sent = plan_request("chat", {"messages": MESSAGES, "top_logprobs": 2}, ask=True)
+    assert sent is None and not plan.ask and "top_logprobs without logprobs" in plan.reason
+
+
 @pytest.mark.parametrize("kind", ["chat", "completions"])
 def test_fields_another_instrumentation_reads_from_the_answer_stay_in_it(kind):
     # agentlightning's patched AgentOps records token ids and log-probs from the answer after tracerl
