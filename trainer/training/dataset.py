@@ -132,7 +132,19 @@ def read_dataset(
         samples = _within_policy_lag(samples, max_policy_lag, policy_version, skip)
     if not samples:
         raise EmptyDatasetError(f"{folder} holds no usable transition (skipped: {skipped})")
+    samples.sort(key=_content_order)
     return samples, skipped
+
+
+def _content_order(sample: Sample) -> tuple:
+    """Rows in an order that depends on what they hold only.
+
+    The pipeline writes rows in whatever order DuckDB's threads finish, and episode ids are
+    random, so neither file order nor ids are the same in two runs on the same data; the
+    trainer's seeded minibatch order over this content order is, and so are its metrics.
+    Rows equal in content are interchangeable.
+    """
+    return (sample.prompt_token_ids, sample.response_token_ids, sample.advantage, sample.policy_version or -1)
 
 
 def _within_policy_lag(samples: list[Sample], max_lag: int, current: int | None, skip: Callable[[str], None]) -> list[Sample]:
