@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 import tracerl
 from tracerl.instrumentation.gateway import create_gateway_app
+from tracerl.net import free_port
 from tracerl.schemas import attributes as A
 from tracerl.schemas.tokens import decode
 from tracerl.uvicorn_thread import serve_in_thread
@@ -101,12 +101,6 @@ def test_an_unreachable_upstream_is_a_502_that_names_it(spans):
     with serve_in_thread(create_gateway_app("http://127.0.0.1:9")) as url:
         response = httpx.post(f"{url}/v1/chat/completions", json=BODY)
     assert response.status_code == 502 and "127.0.0.1:9" in response.json()["error"]["message"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_the_cli_gateway_writes_spans_to_parquet(tmp_path: Path, server, parquet_spans):

@@ -22,7 +22,8 @@ from tracerl.pipeline import BuildOptions, build_dataset, dataset_table
 from tracerl.pipeline.doctor import diagnose
 from tracerl.schemas import attributes as A
 from tracerl.trainer.serving.app import running_server
-from tracerl_testing.net import free_port, wait_http
+from tracerl.net import free_port
+from tracerl_testing.net import wait_http
 
 from .conftest import Captured
 

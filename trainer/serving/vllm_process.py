@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from tracerl.net import free_port
 
 VLLM_PYTHON_ENV = "TRACERL_VLLM_PYTHON"
 MIDDLEWARE = "tracerl.trainer.serving.vllm_policy_version.PolicyVersionHeader"
@@ -64,12 +65,6 @@ def vllm_python() -> str:
     )
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
-
-
 def vllm_command(python: str, model: Path, *, served_model_name: str, host: str, port: int, dtype: str, lora_rank: int | None) -> list[str]:
     command = [
         python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
@@ -95,7 +90,7 @@ def running_vllm(
     startup_timeout_s: float = 600.0,
 ) -> Iterator[VllmServer]:
     """``vllm serve MODEL`` on a free port until the block ends (``dev_mode=False`` only to test that case)."""
-    port = _free_port(host)
+    port = free_port(host)
     log = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="tracerl-vllm-")) / "vllm.log"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
     env.pop("VLLM_SERVER_DEV_MODE", None)

@@ -12,7 +12,7 @@ from tracerl.trainer.rounds.lock import round_lock
 from tracerl.trainer.rounds.registry import PolicyRegistry
 from tracerl.trainer.serving.app import running_server
 from tracerl.trainer.training.checkpoint import read_checkpoint_manifest
-from tracerl_testing.net import free_port
+from tracerl.net import free_port
 
 
 def served_version(server) -> int:

@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM
 from tracerl.trainer.serving.vllm_process import VLLM_PYTHON_ENV, running_vllm
 from tracerl.trainer.tiny_model import build_tiny_model
 from tracerl_testing.installed import require
-from tracerl_testing.net import free_port
+from tracerl.net import free_port
 from tracerl_testing.peft_adapter_runner import run_peft_adapter
 
 REPO = Path(__file__).resolve().parents[3]
