@@ -91,6 +91,8 @@ GRPC_STATUS_DETAILS_KEY = "grpc-status-details-bin"  # trailing metadata: a goog
 # token being the episode's W3C trace context and baggage (instrumentation/episodes.py), for
 # agents whose HTTP client sends no trace headers
 GATEWAY_EPISODE_PATH = "e"
+# tracerl serve: POST BASE_URL/load_weights {"path", "version"} swaps in a checkpoint (trainer/publish.py)
+LOAD_WEIGHTS_PATH = "/load_weights"
 
 # Arrow schema metadata of every tracerl table, kept in each of its Parquet files
 TABLE_METADATA_KEY = "tracerl.table"  # spans, logs, rewards, dataset

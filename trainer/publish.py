@@ -75,7 +75,7 @@ class BuiltinServer:
         body: dict = {"path": str(checkpoint)}
         if version is not None:
             body["version"] = version
-        url = f"{self.base_url.rstrip('/')}/load_weights"
+        url = f"{self.base_url.rstrip('/')}{A.LOAD_WEIGHTS_PATH}"
         try:
             reply = httpx.post(url, json=body, timeout=self.timeout_s)
         except httpx.TransportError as exc:

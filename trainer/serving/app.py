@@ -78,7 +78,7 @@ def create_app(
             Route("/v1/chat/completions", api.chat_completions, methods=["POST"]),
             Route("/v1/completions", api.completions, methods=["POST"]),
             Route("/v1/models", api.models, methods=["GET"]),
-            Route("/v1/load_weights", api.load_weights, methods=["POST"]),
+            Route(f"/v1{A.LOAD_WEIGHTS_PATH}", api.load_weights, methods=["POST"]),
             Route("/health", api.health, methods=["GET"]),
         ],
         exception_handlers={RequestError: _request_error, HTTPException: _http_error},
