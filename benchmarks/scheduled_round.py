@@ -33,7 +33,8 @@ from tracerl.collector.server import CollectorServer, Endpoints
 from tracerl.collector.service import CollectorConfig
 from tracerl.schemas import attributes as A
 from tracerl.trainer.demo import task as demo_task
-from tracerl.trainer.demo.warm_start import ensure_demo_policy
+from tracerl.trainer.demo.recipe import DEMO
+from tracerl.trainer.loop.warm_start import starting_policy
 from tracerl.trainer.rounds.registry import PolicyRegistry
 from tracerl.trainer.serving.app import running_server
 
@@ -67,7 +68,7 @@ def main() -> None:
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="tracerl-bench-rounds-"))
-    policy = ensure_demo_policy(0)
+    policy = starting_policy(DEMO, 0)
     collector = CollectorServer(CollectorConfig(out=str(work / "collected"), flush_interval_s=0.5), Endpoints(http_port=0, grpc_port=None)).start()
     rounds: list[dict] = []
     with running_server(policy) as server:

@@ -9,7 +9,8 @@ from tracerl.collector.cli import app as collector_app
 from tracerl.instrumentation.cli import register as register_instrumentation
 from tracerl.pipeline.cli import app as pipeline_app
 from tracerl.pipeline.cli import register_report, register_sql
-from tracerl.trainer.demo.cli import register as register_demo
+from tracerl.trainer.demo.recipe import DEMO
+from tracerl.trainer.loop.cli import loop_command
 from tracerl.trainer.rounds.cli import register as register_rounds
 from tracerl.trainer.serving.cli import register as register_serve
 from tracerl.trainer.training.cli import register as register_train
@@ -26,7 +27,7 @@ register_instrumentation(app)  # run, gateway
 register_serve(app)  # serve
 train_app = register_train(app)  # train
 register_rounds(app, train_app)  # train run, train loop, policy
-register_demo(app)  # demo
+app.command("demo")(loop_command(DEMO))  # the local loop on the built-in calculator agent
 register_sql(app)  # sql
 register_report(app)  # report
 

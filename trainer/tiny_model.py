@@ -9,10 +9,11 @@ tied output head on the old weights). It is the default policy of ``tracerl serv
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 TINY_MODEL_NAME = "tracerl-tiny-llama"
-_BUILD_VERSION = 7  # bump when the recipe changes, so stale caches are rebuilt
+_BUILD_VERSION = 8  # bump when the recipe changes, so stale caches are rebuilt
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|end|>"]
 
@@ -32,6 +33,7 @@ _CORPUS = [
     "0 1 2 3 4 5 6 7 8 9 add diff max min mul tools tool result answer task error unknown",
     # repeated so that BPE gives the demo's tool names and digits tokens of their own
     *["max min diff calc math compute", " max min diff calc math compute", "calc", "math", "compute"] * 8,
+    *["larger smaller gap", " larger smaller gap", "task: larger", "task: smaller", "task: gap"] * 8,
     *[" ".join("01234567890"), "0123456789"] * 4,
     "SELECT name FROM users WHERE id = 1;",
     '{"name": "calculator", "arguments": {"a": 1, "b": 2}}',
@@ -47,12 +49,14 @@ def tiny_model_path() -> Path:
     return default_cache_dir() / f"{TINY_MODEL_NAME}-v{_BUILD_VERSION}"
 
 
-def build_tokenizer():
+def build_tokenizer(corpus: Sequence[str] = ()):
+    """The byte-level tokenizer; ``corpus`` adds strings an agent's prompts use, so they cost few tokens."""
     from tokenizers import ByteLevelBPETokenizer
     from transformers import PreTrainedTokenizerFast
 
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(_CORPUS, vocab_size=384, min_frequency=1, special_tokens=SPECIAL_TOKENS, show_progress=False)
+    vocab_size = 384 if not corpus else 768
+    bpe.train_from_iterator([*_CORPUS, *corpus], vocab_size=vocab_size, min_frequency=1, special_tokens=SPECIAL_TOKENS, show_progress=False)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe._tokenizer,
         eos_token="<|end|>",
@@ -64,8 +68,8 @@ def build_tokenizer():
     return tokenizer
 
 
-def build_tiny_model(path: str | os.PathLike, *, seed: int = 0) -> Path:
-    """Write a freshly initialised tiny model and its tokenizer to ``path``."""
+def build_tiny_model(path: str | os.PathLike, *, seed: int = 0, corpus: Sequence[str] = ()) -> Path:
+    """Write a freshly initialised tiny model and its tokenizer (see :func:`build_tokenizer`) to ``path``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.utils import logging as hf_logging
@@ -73,7 +77,7 @@ def build_tiny_model(path: str | os.PathLike, *, seed: int = 0) -> Path:
     hf_logging.disable_progress_bar()
 
     torch.manual_seed(seed)
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(corpus)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=128,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,6 +24,7 @@ from opentelemetry.trace import Status, StatusCode
 
 import tracerl
 from tracerl.schemas import attributes as A
+from tracerl.trainer.loop.recipe import AGENT_CONCURRENCY_ENV, POLICY_MODEL_NAME
 from tracerl.trainer.demo.task import Task, UnknownToolError, first_messages, reward, run_tool, second_messages
 
 tracer = trace.get_tracer("tracerl.trainer.demo.agent")
@@ -58,9 +60,9 @@ def run_episode(client: OpenAI, model: str, task: Task, temperature: float, seed
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tasks", help="JSONL file, one task per line")
-    parser.add_argument("--model", default="policy")
+    parser.add_argument("--model", default=POLICY_MODEL_NAME)
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, default=int(os.environ.get(AGENT_CONCURRENCY_ENV, "16")))
     args = parser.parse_args(argv)
 
     with open(args.tasks, encoding="utf-8") as handle:

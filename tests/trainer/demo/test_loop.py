@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from tracerl.trainer.demo.config import DemoConfig
-from tracerl.trainer.demo.loop import run_demo
+from tracerl.trainer.demo.recipe import DEMO
+from tracerl.trainer.loop.config import LoopConfig
+from tracerl.trainer.loop.loop import run_loop
 from tracerl.trainer.tiny_model import build_tiny_model
 from tracerl.trainer.training.config import TrainConfig
 
@@ -15,12 +16,12 @@ from tracerl.trainer.training.config import TrainConfig
 @pytest.mark.slow
 def test_short_loop_trains_and_refreshes_the_endpoint(tmp_path):
     start = build_tiny_model(tmp_path / "start", seed=1)  # untrained: the loop must still run cleanly
-    cfg = DemoConfig(
+    cfg = LoopConfig(
         out=tmp_path / "run", rounds=1, tasks_per_round=4, group_size=2, eval_tasks=3, seed=0,
         model=str(start), train=TrainConfig(epochs=1, minibatch_size=8),
     )
     phases = []
-    rows = run_demo(cfg, on_phase=lambda rnd, text: phases.append((rnd, text)))
+    rows = run_loop(DEMO, cfg, on_phase=lambda rnd, text: phases.append((rnd, text)))
 
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert lines == rows and [r["round"] for r in rows] == [0, 1]

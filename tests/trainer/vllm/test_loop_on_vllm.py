@@ -19,9 +19,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tracerl.schemas import attributes as A
-from tracerl.trainer.demo.config import DemoConfig
-from tracerl.trainer.demo.loop import PolicyEndpoint, run_demo
-from tracerl.trainer.demo.warm_start import ensure_demo_policy
+from tracerl.trainer.demo.recipe import DEMO
+from tracerl.trainer.loop.config import LoopConfig
+from tracerl.trainer.loop.loop import PolicyEndpoint, run_loop
+from tracerl.trainer.loop.warm_start import starting_policy
 from tracerl.trainer.publish import VllmReload, publish
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.uvicorn_thread import serve_in_thread
@@ -57,17 +58,17 @@ def llm_spans(data_dir: Path) -> list[dict]:
 def test_demo_round_on_vllm_captures_exactly_and_publishes_the_trained_weights(vllm, tmp_path):
     # The demo's warm-started policy: it earns some rewards, so groups have non-zero
     # advantages and training moves the weights (an untrained model earns none).
-    start = ensure_demo_policy(seed=0)
+    start = starting_policy(DEMO, seed=0)
     publish(start, VllmReload(vllm.base_url), version=0)  # same tokenizer and shapes as the model vLLM started on
     answers: dict[str, dict] = {}
     tasks, group = 6, 4
-    cfg = DemoConfig(
+    cfg = LoopConfig(
         out=tmp_path / "run", rounds=1, tasks_per_round=tasks, group_size=group, eval_tasks=3, seed=0,
         model=str(start), train=TrainConfig(epochs=1, minibatch_size=8, learning_rate=1e-2), server="vllm",
     )
     with serve_in_thread(recording_proxy(vllm.base_url, answers), name="recording-proxy") as proxy:
         endpoint = PolicyEndpoint(f"{proxy}/v1", VllmReload(vllm.base_url, served_checkpoint=start))
-        rows = run_demo(cfg, endpoint=endpoint)
+        rows = run_loop(DEMO, cfg, endpoint=endpoint)
     assert [r["policy_version"] for r in rows] == [0, 1] and rows[0]["transitions"] == tasks * group * 2
 
     # 1. every captured call holds exactly the ids and log-probs vLLM answered, and the version it served
@@ -85,7 +86,7 @@ def test_demo_round_on_vllm_captures_exactly_and_publishes_the_trained_weights(v
 
     # 2. vLLM now serves the trained checkpoint: greedy ids and log-probs are transformers' on it, not on the start
     trained = tmp_path / "run" / "policy" / "v1"
-    served = greedy_chat(vllm.base_url, "task: add 3 4", max_tokens=6)
+    served = greedy_chat(vllm.base_url, "task: larger 3 4", max_tokens=6)
     assert served["version"] == "1"
     assert served["ids"] == transformers_greedy(trained, served["prompt_ids"], max_tokens=6)
     np.testing.assert_allclose(served["logprobs"], transformers_logprobs(trained, served["prompt_ids"], served["ids"]), atol=1e-4)

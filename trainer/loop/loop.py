@@ -1,17 +1,18 @@
-"""``tracerl demo``: the whole loop, round after round, on one CPU machine.
+"""The local training loop: any agent recipe, round after round, on one machine.
 
 Each round:
 
-1. the demo agent (an ordinary OpenAI-client program, :mod:`tracerl.trainer.demo.agent`)
-   runs under ``tracerl run`` against the policy endpoint: held-out tasks greedily,
-   training tasks sampled ``group_size`` times each. Capture is switched on by
-   environment variables only, exactly as a user's agent;
-2. the pipeline turns that round's spans into transitions (one per LLM call);
+1. the recipe's agent (an ordinary program, unaware of training) runs under ``tracerl
+   run`` against the policy endpoint: held-out tasks greedily, training tasks sampled
+   ``group_size`` times each. Capture is switched on by environment variables only,
+   exactly as for a user's agent;
+2. the pipeline turns that round's spans into transitions (one per LLM call), with the
+   configured credit assignment, automatic intermediate rewards and agent selection;
 3. the torch backend takes a clipped policy-gradient step on them and writes a
    checkpoint, which :func:`tracerl.trainer.publish.publish` makes the endpoint serve as
    the next policy version.
 
-The endpoint is tracerl's built-in server or ``vllm serve`` (``DemoConfig.server``),
+The endpoint is tracerl's built-in server or ``vllm serve`` (``LoopConfig.server``),
 started on the starting policy for the whole run.
 
 Round 0 evaluates the starting policy before any training. Metrics go to
@@ -34,9 +35,9 @@ from pathlib import Path
 import duckdb
 
 from tracerl.schemas import attributes as A
-from tracerl.trainer.demo import task as demo_task
-from tracerl.trainer.demo.config import DEMO_SERVERS, DemoConfig
-from tracerl.trainer.demo.warm_start import ensure_demo_policy
+from tracerl.trainer.loop.config import SERVERS, LoopConfig
+from tracerl.trainer.loop.recipe import AGENT_CONCURRENCY_ENV, POLICY_MODEL_NAME, AgentRecipe, Task
+from tracerl.trainer.loop.warm_start import starting_policy
 from tracerl.trainer.publish import BuiltinServer, PublishTarget, VllmReload, publish
 from tracerl.trainer.training.backend import TrainingBackend
 from tracerl.trainer.training.dataset import read_dataset
@@ -57,7 +58,7 @@ class PolicyEndpoint:
 
 @contextmanager
 def policy_endpoint(server: str, start: Path) -> Iterator[PolicyEndpoint]:
-    """``server`` (one of ``DEMO_SERVERS``) serving ``start`` as policy version 0 until the block ends."""
+    """``server`` (one of ``SERVERS``) serving ``start`` as policy version 0 until the block ends."""
     if server == "tracerl":
         from tracerl.trainer.serving.app import running_server
 
@@ -66,34 +67,36 @@ def policy_endpoint(server: str, start: Path) -> Iterator[PolicyEndpoint]:
     elif server == "vllm":
         from tracerl.trainer.serving.vllm_process import running_vllm
 
-        with running_vllm(start) as vllm:
+        with running_vllm(start, served_model_name=POLICY_MODEL_NAME) as vllm:
             yield PolicyEndpoint(vllm.base_url, VllmReload(vllm.base_url, served_checkpoint=start))
     else:
-        raise ValueError(f"unknown demo server {server!r}: use one of {', '.join(DEMO_SERVERS)}")
+        raise ValueError(f"unknown server {server!r}: use one of {', '.join(SERVERS)}")
 
 
-def write_round_tasks(path: Path, train: list[demo_task.Task], held_out: list[demo_task.Task], cfg: DemoConfig, rnd: int) -> None:
+def write_round_tasks(path: Path, train: list[Task], held_out: list[Task], cfg: LoopConfig, rnd: int) -> None:
+    """Held-out tasks greedily, then ``tasks_per_round`` training tasks ``group_size`` times each, seeded per round."""
     rng = random.Random(cfg.seed * 1000 + rnd)
-    lines = [{**t.to_json(), "temperature": 0.0, "seed": 0} for t in held_out[: cfg.eval_tasks]]
-    for task in rng.sample(train, cfg.tasks_per_round):
+    lines = [{**task, "temperature": 0.0, "seed": 0} for task in held_out[: cfg.eval_tasks]]
+    for task in rng.sample(train, min(cfg.tasks_per_round, len(train))):
         for k in range(cfg.group_size):
-            lines.append({**task.to_json(), "temperature": 1.0, "seed": rng.randrange(2**31) + k})
+            lines.append({**task, "temperature": 1.0, "seed": rng.randrange(2**31) + k})
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
 
 
-def run_agent(tasks_file: Path, data_dir: Path, base_url: str) -> None:
-    """Run the demo agent with capture switched on by environment variables only."""
+def run_agent(recipe: AgentRecipe, tasks_file: Path, data_dir: Path, base_url: str, concurrency: int) -> None:
+    """Run the recipe's agent with capture switched on by environment variables only."""
     env = {
         **os.environ,
         "OPENAI_BASE_URL": base_url,
-        "OPENAI_API_KEY": "tracerl-demo",
+        "OPENAI_API_KEY": "tracerl-loop",
         "TRACERL_DATA_DIR": str(data_dir),
-        "OTEL_SERVICE_NAME": "tracerl-demo-agent",
+        "OTEL_SERVICE_NAME": recipe.name,
+        AGENT_CONCURRENCY_ENV: str(concurrency),
     }
-    command = [sys.executable, "-m", "tracerl", "run", "--", sys.executable, "-m", "tracerl.trainer.demo.agent", str(tasks_file)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    command = [sys.executable, "-m", "tracerl", "run", "--", *recipe.agent_argv, str(tasks_file)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
-        raise AgentRunError(f"the demo agent exited with {done.returncode}:\n{done.stderr[-4000:]}")
+        raise AgentRunError(f"the {recipe.name} agent ({' '.join(recipe.agent_argv)}) exited with {done.returncode}:\n{done.stderr[-4000:]}")
 
 
 def mean_rewards_by_split(data_dir: Path) -> dict[str, float]:
@@ -106,7 +109,7 @@ def mean_rewards_by_split(data_dir: Path) -> dict[str, float]:
     return {split: float(value) for split, value in duckdb.sql(query).fetchall()}
 
 
-def plot_reward_curve(rows: list[dict], path: Path) -> None:
+def plot_reward_curve(rows: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -119,7 +122,7 @@ def plot_reward_curve(rows: list[dict], path: Path) -> None:
     ax.set_xlabel("round (policy version)")
     ax.set_ylabel("mean episode reward")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title("tracerl demo: calculator agent, tiny model")
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -127,8 +130,10 @@ def plot_reward_curve(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def run_demo(cfg: DemoConfig, on_phase: Callable[[int, str], None] | None = None, endpoint: PolicyEndpoint | None = None) -> list[dict]:
-    """Run ``cfg.rounds`` training rounds (plus round 0); return the metrics rows.
+def run_loop(
+    recipe: AgentRecipe, cfg: LoopConfig, on_phase: Callable[[int, str], None] | None = None, endpoint: PolicyEndpoint | None = None
+) -> list[dict]:
+    """Run ``cfg.rounds`` training rounds of ``recipe`` (plus round 0); return the metrics rows.
 
     The agents call ``endpoint`` when given (already serving the starting policy), else
     ``cfg.server`` started here on it.
@@ -139,14 +144,14 @@ def run_demo(cfg: DemoConfig, on_phase: Callable[[int, str], None] | None = None
         if on_phase:
             on_phase(rnd, text)
 
-    out = Path(cfg.out)
+    out = Path(cfg.out or Path("runs") / recipe.name)
     out.mkdir(parents=True, exist_ok=True)
     metrics_path = out / "metrics.jsonl"
     metrics_path.write_text("")
     phase(0, "preparing the starting policy")
-    start = Path(cfg.model) if cfg.model else ensure_demo_policy(cfg.seed)
+    start = Path(cfg.model) if cfg.model else starting_policy(recipe, cfg.seed, cfg.data)
     trainer: TrainingBackend = PolicyTrainer(start, cfg.train)
-    train_tasks, held_out = demo_task.all_tasks(cfg.seed)
+    train_tasks, held_out = recipe.tasks(cfg.seed, cfg.data)
     rows: list[dict] = []
     with nullcontext(endpoint) if endpoint else policy_endpoint(cfg.server, start) as served:
         for rnd in range(cfg.rounds + 1):
@@ -156,10 +161,13 @@ def run_demo(cfg: DemoConfig, on_phase: Callable[[int, str], None] | None = None
             tasks_file = round_dir / "tasks.jsonl"
             write_round_tasks(tasks_file, train_tasks, held_out, cfg, rnd)
             phase(rnd, "running the agent")
-            run_agent(tasks_file, round_dir / "data", served.base_url)
+            run_agent(recipe, tasks_file, round_dir / "data", served.base_url, cfg.concurrency)
             rewards = mean_rewards_by_split(round_dir / "data")
             phase(rnd, "building the dataset")
-            manifest = build_dataset(round_dir / "data", round_dir / "dataset", splits=("train",))
+            manifest = build_dataset(
+                round_dir / "data", round_dir / "dataset", splits=("train",),
+                credit=cfg.credit, default_rules=cfg.air, agents=cfg.agents,
+            )
             row = {
                 "round": rnd,
                 "policy_version": rnd,
@@ -181,6 +189,6 @@ def run_demo(cfg: DemoConfig, on_phase: Callable[[int, str], None] | None = None
             rows.append(row)
             with metrics_path.open("a", encoding="utf-8") as handle:
                 handle.write(json.dumps(row) + "\n")
-            plot_reward_curve(rows, out / "reward_curve.png")
-    (out / "config.json").write_text(json.dumps(asdict(cfg), default=str, indent=2))
+            plot_reward_curve(rows, out / "reward_curve.png", recipe.title)
+    (out / "config.json").write_text(json.dumps({"recipe": recipe.name, **asdict(cfg)}, default=str, indent=2))
     return rows

@@ -1,0 +1,29 @@
+"""What one run of the local loop does; every command-line default of a recipe comes from here (kept free of torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tracerl.pipeline.options import CREDITS
+from tracerl.trainer.training.config import TrainConfig
+
+SERVERS = ("tracerl", "vllm")  # what serves the policy: `tracerl serve` in a thread, or `vllm serve` (its own venv)
+
+
+@dataclass
+class LoopConfig:
+    out: Path | None = None  # metrics.jsonl, reward_curve.png, checkpoints, each round's data; None: runs/<recipe>
+    rounds: int = 8  # training rounds after the round-0 evaluation
+    tasks_per_round: int = 32
+    group_size: int = 4  # samples per training task (the GRPO group)
+    eval_tasks: int = 100  # held-out tasks, run greedily every round
+    seed: int = 0
+    model: str | None = None  # starting policy; None: the recipe's warm-started tiny model
+    server: str = SERVERS[0]  # one of SERVERS
+    data: Path | None = None  # the recipe's public data set (its own format); None: tasks made locally
+    credit: str = CREDITS[0]  # how an episode's reward reaches its calls (pipeline --credit)
+    air: bool = True  # automatic intermediate rewards from system signals (pipeline's default rules)
+    agents: str | None = None  # train only these agents' calls (pipeline --agents), e.g. "writer,rewriter"
+    concurrency: int = 16  # episodes the agent runs at once
+    train: TrainConfig = field(default_factory=TrainConfig)

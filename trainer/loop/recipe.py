@@ -1,0 +1,62 @@
+"""What one agent brings to the local training loop: its program, its tasks, its starting format.
+
+The loop (:mod:`tracerl.trainer.loop.loop`) knows nothing of any agent. An agent to be
+trained is an ordinary program that reads a tasks file, calls the policy endpoint found in
+``OPENAI_BASE_URL`` under the model name ``policy``, and scores its own episodes with
+``tracerl.episode`` / ``tracerl.emit_reward``. A recipe names that program and adds
+what only its author knows: which tasks exist (made locally, or read from a public data
+set in its own format), and, for a model built from nothing, the examples that teach the
+*format* of its answers (never the task itself) before reinforcement learning starts.
+
+``tracerl demo`` is one recipe; each folder of ``examples/`` holds another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracerl.trainer.loop.config import LoopConfig
+
+Task = dict[str, Any]  # one line of a tasks file: "task_id", "split", and what the agent reads
+POLICY_MODEL_NAME = "policy"  # the model name agents send; `vllm serve` is started under it
+AGENT_CONCURRENCY_ENV = "TRACERL_AGENT_CONCURRENCY"  # how many episodes an agent program runs at once
+
+
+@dataclass(frozen=True)
+class FormatExample:
+    """One assistant turn the starting policy should produce for ``messages``.
+
+    ``messages`` and ``tools`` are what the agent sends, in OpenAI's shape (tool calls
+    included); the prompt is rendered by the policy server's own code, so the starting
+    policy learns on exactly the prompts it is later asked.
+    """
+
+    messages: list[dict]
+    target: str  # the assistant's text, tool calls written as the server parses them
+    tools: list[dict] | None = None
+
+
+@dataclass(frozen=True)
+class WarmStartStage:
+    """Supervised epochs over ``examples``, stopped early once the mean loss is below ``stop_below_loss``."""
+
+    examples: Sequence[FormatExample]
+    max_epochs: int = 1
+    stop_below_loss: float = 0.05
+
+
+@dataclass(frozen=True)
+class AgentRecipe:
+    name: str  # folder names, the cache key of the starting policy, OTEL_SERVICE_NAME
+    title: str  # the reward curve's title
+    agent_argv: tuple[str, ...]  # the agent program; the loop appends the tasks file's path
+    # (seed, data file or None) -> (training tasks, held-out tasks), disjoint
+    tasks: Callable[[int, Path | None], tuple[list[Task], list[Task]]]
+    # (training tasks, seed) -> stages that teach the tiny model the format; None: start untrained
+    warm_start: Callable[[list[Task], int], list[WarmStartStage]] | None = None
+    tokenizer_corpus: tuple[str, ...] = ()  # strings the tiny model's tokenizer gives tokens of their own
+    version: int = 1  # bump when the tasks or the warm start change, so cached starting policies are rebuilt
+    defaults: LoopConfig = field(default_factory=LoopConfig)
