@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -99,6 +100,14 @@ def run_agent(recipe: AgentRecipe, tasks_file: Path, data_dir: Path, base_url: s
         raise AgentRunError(f"the {recipe.name} agent ({' '.join(recipe.agent_argv)}) exited with {done.returncode}:\n{done.stderr[-4000:]}")
 
 
+def agents_pattern(names: str | None) -> str | None:
+    """The loop's ``--agents writer,rewriter`` (comma-separated names) as the pipeline's ``--agents``
+    regular expression, which matches anywhere in a name: anchored, so ``writer`` does not select ``rewriter``."""
+    if not names:
+        return None
+    return "^(" + "|".join(re.escape(n.strip()) for n in names.split(",") if n.strip()) + ")$"
+
+
 def mean_rewards_by_split(data_dir: Path) -> dict[str, float]:
     """Mean episode reward per split, read back from the captured reward spans."""
     query = f"""
@@ -166,7 +175,7 @@ def run_loop(
             phase(rnd, "building the dataset")
             manifest = build_dataset(
                 round_dir / "data", round_dir / "dataset", splits=("train",),
-                credit=cfg.credit, default_rules=cfg.air, agents=cfg.agents,
+                credit=cfg.credit, default_rules=cfg.air, agents=agents_pattern(cfg.agents),
             )
             row = {
                 "round": rnd,
