@@ -1,0 +1,86 @@
+"""The calculator agent's recipe: its tasks, the format its starting policy learns, its loop defaults.
+
+The messages below are the ones AutoGen's ``AssistantAgent`` sends for one problem (the
+first call, then the reflection call after the tool ran); the tests compare the prompts
+rendered from them with the prompt token ids captured from a real run of the agent.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+from examples.calc import task as calc
+from examples.calc.agent import AGENT_NAME
+from tracerl.trainer.loop.config import LoopConfig
+from tracerl.trainer.loop.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
+from tracerl.trainer.serving import tool_parser
+from tracerl.trainer.training.config import TrainConfig
+
+OPERATIONS = tuple(calc.PHRASES)
+
+
+def tasks(seed: int, data: Path | None) -> tuple[list[Task], list[Task]]:
+    train, held_out = calc.load_calcx(data, seed=seed) if data is not None else calc.local_tasks(seed)
+    return [t.to_json() for t in train], [t.to_json() for t in held_out]
+
+
+def tool_call(expression: str) -> dict:
+    """The calculator call in OpenAI's shape, as the server parses it out of the model's text."""
+    return {"id": "call_0", "type": "function", "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})}}
+
+
+def first_messages(task: calc.Task) -> list[dict]:
+    return [
+        {"role": "system", "content": calc.SYSTEM_PROMPT},
+        {"role": "user", "content": calc.user_message(task), "name": "user"},
+    ]
+
+
+def reflection_messages(task: calc.Task, expression: str, tool_output: str) -> list[dict]:
+    return first_messages(task) + [
+        {"role": "assistant", "content": None, "tool_calls": [tool_call(expression)], "name": AGENT_NAME},
+        {"role": "tool", "content": tool_output, "tool_call_id": "call_0"},
+    ]
+
+
+def warm_start(train: list[Task], seed: int, n: int = 1500) -> list[WarmStartStage]:
+    """Teach the format, not the task: call the calculator on the story's numbers with a random operation, then copy its result.
+
+    Copying the result is taught first, until learned (as in the demo: mixed from the
+    start with the random tool turns, the tiny model does not find the copy in this budget).
+    """
+    rng = random.Random(seed)
+    calls, copies = [], []
+    candidates = [calc.Task(**t) for t in train if len(calc.story_numbers(t["question"])) >= 2]
+    for _ in range(n):
+        task = rng.choice(candidates)
+        a, b = calc.story_numbers(task.question)[:2]
+        expression = f"{a} {rng.choice(OPERATIONS)} {b}"
+        calls.append(FormatExample(first_messages(task), tool_parser.render([tool_call(expression)])))
+        output = calc.calculator(expression)
+        copies.append(FormatExample(reflection_messages(task, expression, output), output))
+    return [WarmStartStage(copies, max_epochs=12), WarmStartStage(calls + copies, max_epochs=8, stop_below_loss=0.06)]
+
+
+def _tokenizer_corpus() -> tuple[str, ...]:
+    """The words of the stories and the tool call's text, so that each costs a token or a few."""
+    numbers = [str(i) for i in range(100)]
+    stories = [phrase.format(name=name, a=7, b=3, item=item) for phrases in calc.PHRASES.values() for phrase in phrases
+               for name, item in zip(calc.NAMES, calc.ITEMS)]
+    calls = [tool_parser.render([tool_call(f"{a} {op} {b}")]) for op in OPERATIONS for a, b in ((12, 3), (7, 45))]
+    return (calc.SYSTEM_PROMPT, *stories * 2, *calls * 4, *[" ".join(numbers), *numbers] * 3)
+
+
+RECIPE = AgentRecipe(
+    name="calc",
+    title="Calc-X agent (AutoGen), tiny model",
+    agent_argv=(sys.executable, "-m", "examples.calc.agent"),
+    tasks=tasks,
+    warm_start=warm_start,
+    tokenizer_corpus=_tokenizer_corpus(),
+    version=1,
+    defaults=LoopConfig(out=Path("runs/calc"), rounds=8, tasks_per_round=32, group_size=4, eval_tasks=100, train=TrainConfig()),
+)

@@ -1,0 +1,197 @@
+"""The calculator agent's tasks: word problems whose answer needs the right expression.
+
+Each locally made problem names two numbers and one phrase, and the phrase decides the
+operation: ``Ann has 7 pens and buys 3 more.`` needs ``7 + 3``, ``... and sells 3.``
+needs ``7 - 3``; three phrases per operation, so what reinforcement learning must teach
+is the phrase -> operation mapping (nothing in the prompt spells it out), while the
+numbers are copied from the text. A model that picks the operation at random and
+copies the numbers is right one time in four.
+
+The same tasks can come from the paper's data set instead: Calc-X (Kadlčík et al.,
+2023; ``MU-NLPC/Calc-X`` on Hugging Face, and Agent Lightning's ``examples/calc_x``)
+is JSON lines with ``id``, ``question``, ``chain`` (the worked solution with
+``<gadget id="calculator">`` calls) and ``result`` (``"15"``, ``"2/3"``, or an option
+letter for aqua_rat rows); :func:`load_calcx` reads that.
+
+The reward is 1 when the final answer is the true result: the same number (fractions
+and decimals compare as numbers, to :data:`DECIMALS` places, the calculator's precision),
+or the same option letter.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import operator
+import random
+import re
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from pathlib import Path
+
+DECIMALS = 4  # the calculator rounds non-integers to this many places; answers compare at this precision
+SYSTEM_PROMPT = "Use the calculator on the numbers of the story, then reply with its result."
+
+# operation -> phrases that call for it; {a} and {b} are the story's two numbers, in the order used
+PHRASES: dict[str, tuple[str, ...]] = {
+    "+": ("{name} has {a} {item} and buys {b} more.", "{name} has {a} {item} and finds {b} more.", "{name} has {a} {item} and wins {b} more."),
+    "-": ("{name} has {a} {item} and loses {b}.", "{name} has {a} {item} and sells {b}.", "{name} has {a} {item} and gives away {b}."),
+    "*": ("{name} buys {a} packs of {b} {item}.", "{name} has {a} bags of {b} {item}.", "{name} stacks {a} rows of {b} {item}."),
+    "/": ("{name} shares {a} {item} among {b} friends.", "{name} splits {a} {item} into {b} piles.", "{name} divides {a} {item} into {b} boxes."),
+}
+NAMES = ("Ann", "Ben", "Cara", "Dan", "Eve", "Finn")
+ITEMS = ("apples", "pens", "cards", "shells", "stamps", "marbles")
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+)?")
+
+
+@dataclass(frozen=True)
+class Task:
+    task_id: str
+    question: str
+    result: str  # the true answer as Calc-X writes it: "10", "2/3", "0.5" or an option letter "C"
+    split: str = "train"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class CalculatorError(ValueError):
+    """The expression is not arithmetic the calculator evaluates (a tool error the pipeline sees)."""
+
+
+def calculator(expression: str) -> str:
+    """Evaluate numbers combined with + - * / and parentheses; anything else is refused.
+
+    Arithmetic is exact (fractions); a non-integer result is rounded to ``DECIMALS`` places.
+    """
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+        value = _evaluate(tree.body)
+    except (SyntaxError, CalculatorError, ZeroDivisionError) as exc:
+        reason = "division by zero" if isinstance(exc, ZeroDivisionError) else "use numbers and + - * / only"
+        raise CalculatorError(f"cannot evaluate {expression!r}: {reason}") from None
+    return format_number(value)
+
+
+def _evaluate(node: ast.expr) -> Fraction:
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return Fraction(node.value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _evaluate(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+    raise CalculatorError(type(node).__name__)
+
+
+def format_number(value: Fraction) -> str:
+    if value.denominator == 1:
+        return str(value.numerator)
+    return str(round(float(value), DECIMALS))
+
+
+def parse_number(text: str) -> Fraction | None:
+    """``"10"``, ``"-2.5"``, ``"2/3"`` or Calc-X's ``"2/3 = around 0.666667"`` as a number; None otherwise."""
+    text = text.split(" = around ")[0].strip().replace(",", "")
+    if not _NUMBER.fullmatch(text):
+        return None
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _option(text: str) -> str | None:
+    letter = re.sub(r"[\s()]", "", text)
+    return letter.upper() if len(letter) == 1 and letter.isalpha() else None
+
+
+def reward(task: Task, final_answer: str) -> float:
+    """1.0 when the last number (or, for an option task, the last option letter) of the answer is the true one."""
+    gold_option = _option(task.result)
+    if gold_option is not None:
+        letters = re.findall(r"\b([A-Ea-e])\b", final_answer)
+        return 1.0 if letters and letters[-1].upper() == gold_option else 0.0
+    gold = parse_number(task.result)
+    numbers = _NUMBER.findall(final_answer.replace(",", ""))
+    if gold is None or not numbers:
+        return 0.0
+    answer = parse_number(numbers[-1])
+    return 1.0 if answer is not None and math.isclose(answer, gold, rel_tol=0, abs_tol=10**-DECIMALS) else 0.0
+
+
+def story_numbers(question: str) -> list[str]:
+    """The numbers of a question, in order, as written."""
+    return _NUMBER.findall(question)
+
+
+def _operands(op: str, rng: random.Random) -> tuple[int, int]:
+    if op == "+":
+        return rng.randint(2, 20), rng.randint(2, 20)
+    if op == "-":
+        a = rng.randint(5, 30)
+        return a, rng.randint(2, a - 1)
+    if op == "*":
+        return rng.randint(2, 9), rng.randint(2, 9)
+    b, quotient = rng.randint(2, 9), rng.randint(2, 9)
+    return b * quotient, b
+
+
+def local_tasks(seed: int = 0, n_train: int = 2000, n_held_out: int = 200) -> tuple[list[Task], list[Task]]:
+    """Seeded problems; a held-out problem's (operation, a, b) never occurs in training, under any phrase."""
+    rng = random.Random(seed)
+    buckets: dict[str, list[Task]] = {"train": [], "test": []}
+    size = {"train": n_train, "test": n_held_out}
+    split_of: dict[tuple[str, int, int], str] = {}
+    while any(len(buckets[s]) < size[s] for s in buckets):
+        op = rng.choice(tuple(PHRASES))
+        a, b = _operands(op, rng)
+        if (op, a, b) not in split_of:  # a new triple goes to held-out with its share of the total
+            held_out_wanted = len(buckets["test"]) < n_held_out and (rng.random() < n_held_out / (n_train + n_held_out) or len(buckets["train"]) >= n_train)
+            split_of[(op, a, b)] = "test" if held_out_wanted else "train"
+        split = split_of[(op, a, b)]
+        bucket = buckets[split]
+        if len(bucket) < size[split]:
+            question = rng.choice(PHRASES[op]).format(name=rng.choice(NAMES), a=a, b=b, item=rng.choice(ITEMS))
+            bucket.append(Task(f"calc-{split}-{len(bucket)}", question, calculator(f"{a} {op} {b}"), split))
+    return buckets["train"], buckets["test"]
+
+
+def load_calcx(path: Path, held_out_fraction: float = 0.2, seed: int = 0) -> tuple[list[Task], list[Task]]:
+    """Tasks from a Calc-X JSON-lines file, split at random (seeded) into training and held-out ones.
+
+    Reads ``id``, ``question`` and ``result`` of each line (``chain`` and the other fields
+    are the data set's own worked solutions, not shown to the agent).
+    """
+    tasks: list[Task] = []
+    with open(path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            where = f"{path}, line {lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{where}: not JSON ({exc.msg}); Calc-X files hold one JSON object per line") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{where}: expected a JSON object with id, question and result, got {type(row).__name__}")
+            missing = [key for key in ("id", "question", "result") if not isinstance(row.get(key), str) or not row[key].strip()]
+            if missing:
+                raise ValueError(f"{where}: field(s) {', '.join(missing)} missing or not a non-empty string (Calc-X rows have id, question, chain, result)")
+            if parse_number(row["result"]) is None and _option(row["result"]) is None:
+                raise ValueError(f"{where}: result {row['result']!r} is neither a number (10, 2.5, 2/3) nor an option letter")
+            tasks.append(Task(row["id"], row["question"], row["result"]))
+    if len(tasks) < 2:
+        raise ValueError(f"{path}: {len(tasks)} task(s); at least 2 are needed to keep some held out")
+    order = list(range(len(tasks)))
+    random.Random(seed).shuffle(order)
+    n_held_out = max(1, int(len(tasks) * held_out_fraction))
+    held_out = [Task(**{**tasks[i].to_json(), "split": "test"}) for i in order[:n_held_out]]
+    train = [tasks[i] for i in order[n_held_out:]]
+    return train, held_out
+
+
+def user_message(task: Task) -> str:
+    return task.question
