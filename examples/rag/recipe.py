@@ -70,7 +70,7 @@ RECIPE = AgentRecipe(
     tokenizer_corpus=_tokenizer_corpus(),
     version=1,
     defaults=LoopConfig(
-        out=Path("runs/rag"), rounds=4, tasks_per_round=16, group_size=4, eval_tasks=24,
+        out=Path("runs/rag"), rounds=8, tasks_per_round=16, group_size=4, eval_tasks=24,
         train=TrainConfig(learning_rate=1e-3, epochs=2, minibatch_size=32),
     ),
 )
