@@ -8,12 +8,13 @@ tied output head on the old weights). It is the default policy of ``tracerl serv
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 TINY_MODEL_NAME = "tracerl-tiny-llama"
-_BUILD_VERSION = 8  # bump when the recipe changes, so stale caches are rebuilt
+BUILD_VERSION = 8  # bump when the model recipe changes (the corpus is hashed into the cache key already)
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|end|>"]
 
@@ -33,11 +34,17 @@ _CORPUS = [
     "0 1 2 3 4 5 6 7 8 9 add diff max min mul tools tool result answer task error unknown",
     # repeated so that BPE gives the demo's tool names and digits tokens of their own
     *["max min diff calc math compute", " max min diff calc math compute", "calc", "math", "compute"] * 8,
-    *["larger smaller gap", " larger smaller gap", "task: larger", "task: smaller", "task: gap"] * 8,
+    *["larger smaller gap", " larger smaller gap", "task: larger", "task: smaller", "task: gap", "max", "min", "diff", "larger max", "smaller min", "gap diff"] * 8,
     *[" ".join("01234567890"), "0123456789"] * 4,
     "SELECT name FROM users WHERE id = 1;",
     '{"name": "calculator", "arguments": {"a": 1, "b": 2}}',
 ]
+
+
+def tiny_model_key(corpus: Sequence[str] = ()) -> str:
+    """Names what a tiny model is built from (recipe version and tokenizer corpus): a cache keyed by it is never stale."""
+    digest = hashlib.sha256("\0".join([*_CORPUS, *corpus]).encode()).hexdigest()[:10]
+    return f"tiny{BUILD_VERSION}-{digest}"
 
 
 def default_cache_dir() -> Path:
@@ -46,7 +53,7 @@ def default_cache_dir() -> Path:
 
 
 def tiny_model_path() -> Path:
-    return default_cache_dir() / f"{TINY_MODEL_NAME}-v{_BUILD_VERSION}"
+    return default_cache_dir() / f"{TINY_MODEL_NAME}-{tiny_model_key()}"
 
 
 def build_tokenizer(corpus: Sequence[str] = ()):

@@ -25,7 +25,7 @@ from opentelemetry.trace import Status, StatusCode
 import tracerl
 from tracerl.schemas import attributes as A
 from tracerl.trainer.loop.recipe import AGENT_CONCURRENCY_ENV, POLICY_MODEL_NAME
-from tracerl.trainer.demo.task import Task, UnknownToolError, first_messages, reward, run_tool, second_messages
+from tracerl.trainer.demo.task import Task, UnknownToolError, first_messages, reward, run_tool, second_messages, tool_named
 
 tracer = trace.get_tracer("tracerl.trainer.demo.agent")
 
@@ -33,14 +33,15 @@ tracer = trace.get_tracer("tracerl.trainer.demo.agent")
 def run_episode(client: OpenAI, model: str, task: Task, temperature: float, seed: int) -> float:
     with tracerl.episode(task_id=task.task_id, split=task.split):
         first = client.chat.completions.create(
-            model=model, messages=first_messages(task), max_tokens=4, temperature=temperature, seed=seed
+            model=model, messages=first_messages(task), max_tokens=8, temperature=temperature, seed=seed
         )
         tool_choice = first.choices[0].message.content or ""
+        tool = tool_named(tool_choice)
         with tracer.start_as_current_span("execute_tool calculator") as span:
             span.set_attribute(A.GEN_AI_OPERATION, A.GEN_AI_EXECUTE_TOOL)
-            span.set_attribute(A.GEN_AI_TOOL_NAME, tool_choice.strip())
+            span.set_attribute(A.GEN_AI_TOOL_NAME, tool)
             try:
-                tool_result = run_tool(tool_choice, task)
+                tool_result = run_tool(tool, task)
             except UnknownToolError as exc:
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, str(exc)))

@@ -37,6 +37,7 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
         data: Optional[Path] = typer.Option(d.data, "--data", exists=True, help="The agent's public data set in its own format (default: tasks made locally)."),
         learning_rate: float = typer.Option(d.train.learning_rate, "--lr", min=0.0, help="0 runs the same loop without learning (a control)."),
         credit: str = typer.Option(d.credit, "--credit", help=f"How an episode's reward reaches its calls: {' or '.join(CREDITS)}."),
+        gamma: float = typer.Option(d.gamma, "--gamma", min=0.0, max=1.0, help="Discount of --credit discounted."),
         air: bool = typer.Option(d.air, "--air/--no-air", help="Automatic intermediate rewards from tool errors and other system signals."),
         agents: Optional[str] = typer.Option(d.agents, "--agents", help="Train only these agents' calls (comma-separated names)."),
         server: str = typer.Option(
@@ -52,7 +53,7 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
             raise typer.BadParameter(f"{credit!r} is not one of {', '.join(CREDITS)}", param_hint="--credit")
         cfg = replace(
             d, out=out, rounds=rounds, tasks_per_round=tasks_per_round, group_size=group_size, eval_tasks=eval_tasks,
-            seed=seed, model=model, data=data, credit=credit, air=air, agents=agents, server=server,
+            seed=seed, model=model, data=data, credit=credit, gamma=gamma, air=air, agents=agents, server=server,
             train=replace(d.train, learning_rate=learning_rate, seed=seed),
         )
         columns = (TextColumn("[bold]round {task.completed}/{task.total}"), BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn())

@@ -23,6 +23,7 @@ class LoopConfig:
     server: str = SERVERS[0]  # one of SERVERS
     data: Path | None = None  # the recipe's public data set (its own format); None: tasks made locally
     credit: str = CREDITS[0]  # how an episode's reward reaches its calls (pipeline --credit)
+    gamma: float = 1.0  # discount of --credit discounted (pipeline --gamma)
     air: bool = True  # automatic intermediate rewards from system signals (pipeline's default rules)
     agents: str | None = None  # train only these agents' calls (pipeline --agents), e.g. "writer,rewriter"
     concurrency: int = 16  # episodes the agent runs at once

@@ -37,6 +37,7 @@ class FormatExample:
     messages: list[dict]
     target: str  # the assistant's text, tool calls written as the server parses them
     tools: list[dict] | None = None
+    ends_turn: bool = True  # False: ``target`` is only how the turn starts (what follows is not taught)
 
 
 @dataclass(frozen=True)

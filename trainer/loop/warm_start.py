@@ -19,7 +19,7 @@ from pathlib import Path
 from tracerl.trainer.loop.recipe import POLICY_MODEL_NAME, AgentRecipe, FormatExample
 from tracerl.trainer.serving.prompts import chat_prompt_ids
 from tracerl.trainer.serving.protocol import ChatCompletionRequest
-from tracerl.trainer.tiny_model import build_tiny_model, default_cache_dir
+from tracerl.trainer.tiny_model import build_tiny_model, default_cache_dir, tiny_model_key
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import Sample
 from tracerl.trainer.training.torch_backend import TRAINER_STATE_FILE, PolicyTrainer
@@ -29,7 +29,7 @@ WARM_START_LEARNING_RATE = 3e-3
 
 def starting_policy(recipe: AgentRecipe, seed: int, data: Path | None = None) -> Path:
     """The warm-started tiny model of ``recipe`` for ``seed`` (built on first use, then cached)."""
-    path = default_cache_dir() / "policies" / f"{recipe.name}-v{recipe.version}-seed{seed}"
+    path = default_cache_dir() / "policies" / f"{recipe.name}-v{recipe.version}-{tiny_model_key(recipe.tokenizer_corpus)}-seed{seed}"
     if (path / "config.json").exists():
         return path
     tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
@@ -57,6 +57,8 @@ def supervised_samples(tokenizer, examples: Sequence[FormatExample]) -> list[Sam
     for example in examples:
         request = ChatCompletionRequest(model=POLICY_MODEL_NAME, messages=example.messages, tools=example.tools)
         prompt_ids = chat_prompt_ids(tokenizer, request)
-        response_ids = tokenizer(example.target, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        response_ids = tokenizer(example.target, add_special_tokens=False)["input_ids"]
+        if example.ends_turn:
+            response_ids.append(tokenizer.eos_token_id)
         samples.append(Sample(prompt_token_ids=prompt_ids, response_token_ids=response_ids, advantage=0.0, target_only=True))
     return samples

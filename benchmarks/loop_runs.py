@@ -1,0 +1,107 @@
+"""Run one recipe's local loop over several seeds and variants, and summarise held-out reward per round.
+
+Shared by ``learning.py`` (does RL beat its controls, on every seed?) and
+``credit_assignment.py`` (which credit assignment learns best?). Each run is a fresh
+process (spawned) calling :func:`tracerl.trainer.loop.loop.run_loop` with the recipe's
+defaults plus the variant's changes; ``--parallel 2`` runs two at once on two cores
+(each run trains with one thread), which is how the figures in the READMEs were taken
+unless they say otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from tracerl.trainer.loop.recipe import AgentRecipe
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    changes: dict[str, Any] = field(default_factory=dict)  # LoopConfig fields
+    train_changes: dict[str, Any] = field(default_factory=dict)  # TrainConfig fields
+
+
+def load_recipe(reference: str) -> AgentRecipe:
+    """``package.module:NAME`` -> the recipe object."""
+    module, _, name = reference.partition(":")
+    return getattr(importlib.import_module(module), name or "RECIPE")
+
+
+def _run_one(reference: str, variant: Variant, seed: int, rounds: int | None, out: str) -> dict:
+    from tracerl.trainer.loop.loop import run_loop
+
+    recipe = load_recipe(reference)
+    d = recipe.defaults
+    cfg = replace(
+        d, **variant.changes, seed=seed, out=Path(out), rounds=d.rounds if rounds is None else rounds,
+        train=replace(d.train, **variant.train_changes, seed=seed),
+    )
+    started = time.time()
+    rows = run_loop(recipe, cfg)
+    return {"variant": variant.name, "seed": seed, "seconds": round(time.time() - started, 1),
+            "held_out": [r["eval_mean_reward"] for r in rows], "train": [r["train_mean_reward"] for r in rows]}
+
+
+def run_all(reference: str, variants: list[Variant], seeds: list[int], out: Path, rounds: int | None, parallel: int) -> list[dict]:
+    """Every (variant, seed) run; results in a stable order whatever finishes first."""
+    jobs = [(v, s) for v in variants for s in seeds]
+    with ProcessPoolExecutor(max_workers=parallel, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(_run_one, reference, v, s, rounds, str(out / f"{v.name}-seed{s}")) for v, s in jobs]
+        results = []
+        for (v, s), future in zip(jobs, futures):
+            result = future.result()
+            print(f"  {v.name:<24} seed {s}: held-out {' '.join(f'{x:.2f}' for x in result['held_out'])}  ({result['seconds']} s)", flush=True)
+            results.append(result)
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    return results
+
+
+def mean_spread(values: list[float]) -> str:
+    """``mean ± std`` over seeds (std 0 for one seed)."""
+    spread = statistics.pstdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.2f} ± {spread:.2f}"
+
+
+def per_round_table(results: list[dict], variants: list[Variant]) -> str:
+    """Markdown: one row per variant, held-out reward per round as mean ± std over seeds."""
+    rounds = len(results[0]["held_out"])
+    lines = ["| variant | " + " | ".join(f"round {r}" for r in range(rounds)) + " |", "|---" * (rounds + 1) + "|"]
+    for v in variants:
+        runs = [r for r in results if r["variant"] == v.name]
+        cells = [mean_spread([run["held_out"][k] for run in runs]) for k in range(rounds)]
+        lines.append(f"| {v.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_curves(results: list[dict], variants: list[Variant], path: Path, title: str) -> None:
+    """Held-out reward per round, mean over seeds with a band from the lowest to the highest seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    for v in variants:
+        runs = [r["held_out"] for r in results if r["variant"] == v.name]
+        rounds = range(len(runs[0]))
+        mean = [statistics.fmean(run[k] for run in runs) for k in rounds]
+        ax.plot(rounds, mean, marker="o", label=f"{v.name} ({len(runs)} seeds)")
+        ax.fill_between(rounds, [min(run[k] for run in runs) for k in rounds], [max(run[k] for run in runs) for k in rounds], alpha=0.15)
+    ax.set_xlabel("round (policy version)")
+    ax.set_ylabel("held-out reward (greedy)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
