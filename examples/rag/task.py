@@ -37,6 +37,7 @@ from pathlib import Path
 import duckdb
 
 from examples.rag import bm25
+from tracerl.trainer.loop.recipe import Task  # here: task_id, split, question, answers (gold first, then aliases), corpus
 from tracerl.trainer.tiny_model import default_cache_dir
 
 INSTRUCTIONS = (
@@ -63,7 +64,6 @@ QUESTIONS = {  # what a question asks of the company's founder -> its wording
     "university": "Which university did the founder of {org} attend?",
 }
 
-Task = dict  # one line of a tasks file: task_id, split, question, answers, corpus
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,8 @@ def all_tasks(seed: int, data: Path | None = None) -> tuple[list[Task], list[Tas
     documents, tasks = load_musique(data) if data is not None else generated_world(seed)
     corpus = str(corpus_index(documents))
     groups = sorted({t["group"] for t in tasks})
+    if len(groups) < 2:
+        raise DataFormatError(f"{data}: one answerable question; at least two are needed, one to train on and one held out")
     random.Random(seed).shuffle(groups)
     held_out_groups = set(groups[: max(1, int(len(groups) * HELD_OUT_FRACTION))])
     train, held_out = [], []

@@ -105,3 +105,5 @@ def test_a_file_without_answerable_questions_says_so(tmp_path):
     path = write_lines(tmp_path / "full.jsonl", good_line(answerable=False))
     with pytest.raises(rag.DataFormatError, match="no answerable question"):
         rag.load_musique(path)
+    with pytest.raises(rag.DataFormatError, match="one answerable question; at least two are needed"):
+        rag.all_tasks(seed=0, data=write_lines(tmp_path / "one.jsonl", good_line()))
