@@ -25,7 +25,7 @@ import os
 import sys
 
 import duckdb
-from agents import Agent, AgentsException, FunctionTool, ModelSettings, Runner, function_tool, set_tracing_disabled
+from agents import Agent, FunctionTool, MaxTurnsExceeded, ModelBehaviorError, ModelSettings, Runner, function_tool, set_tracing_disabled
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 from openai import AsyncOpenAI
 
@@ -64,8 +64,8 @@ async def run_episode(agent: Agent, task: dict) -> float:
         try:
             result = await Runner.run(agent, task["question"], max_turns=MAX_TURNS)
             reply = str(result.final_output or "")
-        except AgentsException:  # no answer within MAX_TURNS, a tool that does not exist, ...: nothing to score
-            reply = ""
+        except (MaxTurnsExceeded, ModelBehaviorError):  # no answer within MAX_TURNS, a call to a tool that does not exist
+            reply = ""  # nothing to score; anything else (the endpoint failing, a bug) stops the program
         value = rag.reward(reply, task["answers"])
         tracerl.emit_reward(value, name="f1_format")
         return value
