@@ -1,15 +1,15 @@
 """The calculator agent: an ordinary AutoGen AgentChat program, unaware of training.
 
-An ``AssistantAgent`` with one tool, ``calculator(expression)``. It reads a word problem,
-calls the tool (first LLM call), and with ``reflect_on_tool_use=True`` a second LLM
-call reads the tool's result and gives the final answer, as Agent Lightning's Calc-X
-agent does. The only tracerl calls are :func:`tracerl.episode` around a task and
-:func:`tracerl.emit_reward` once it is scored; capture is switched on by ``tracerl run``'s
-environment variables.
+An ``AssistantAgent`` with one tool, ``calculator(expression)``: it reads a word problem
+and calls the tool, and the tool's result is its answer (AutoGen's tool-call summary,
+``reflect_on_tool_use=False``). The paper's agent reflects in a second LLM call that
+restates the result; the README says why this one does not. The only tracerl calls are
+:func:`tracerl.episode` around a task and :func:`tracerl.emit_reward` once it is scored;
+capture is switched on by ``tracerl run``'s environment variables.
 
 Usage: ``python -m examples.calc.agent TASKS.jsonl`` with ``OPENAI_BASE_URL`` pointing at
 the policy endpoint; each line is a task (see :class:`examples.calc.task.Task`) with the
-``temperature`` and ``seed`` its LLM calls use.
+``temperature`` and ``seed`` its LLM call uses.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import os
 import sys
 
 from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.messages import BaseChatMessage, ToolCallSummaryMessage
 from autogen_core.models import ModelFamily, ModelInfo
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
@@ -29,8 +30,16 @@ from examples.calc.task import SYSTEM_PROMPT, Task, calculator, reward, user_mes
 from tracerl.trainer.loop.recipe import AGENT_CONCURRENCY_ENV, POLICY_MODEL_NAME
 
 AGENT_NAME = "calculator_agent"
-MAX_TOKENS = 48  # a tool call of a two-number expression is about 30 tokens of the tiny model
+MAX_TOKENS = 40  # a tool call of a two-number expression is 25 tokens of the tiny model
 MODEL_INFO = ModelInfo(vision=False, function_calling=True, json_output=False, family=ModelFamily.UNKNOWN, structured_output=False)
+
+
+def final_answer(message: BaseChatMessage) -> str:
+    """The agent's answer: the tool's result, or its text when it called no tool; a refused
+    expression is no answer (its error message may quote numbers)."""
+    if isinstance(message, ToolCallSummaryMessage) and any(r.is_error for r in message.results):
+        return ""
+    return message.content if isinstance(message.content, str) else ""
 
 
 async def run_episode(task: Task, temperature: float, seed: int, model: str) -> float:
@@ -38,14 +47,14 @@ async def run_episode(task: Task, temperature: float, seed: int, model: str) -> 
         model=model, base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ.get("OPENAI_API_KEY", "unused"),
         model_info=MODEL_INFO, temperature=temperature, seed=seed, max_tokens=MAX_TOKENS, max_retries=2,
     )
-    agent = AssistantAgent(
-        AGENT_NAME, model_client=client, tools=[calculator], system_message=SYSTEM_PROMPT, reflect_on_tool_use=True,
-    )
     try:
         with tracerl.episode(task_id=task.task_id, split=task.split):
+            # made inside the episode, so AutoGen's create_agent span belongs to it too
+            agent = AssistantAgent(
+                AGENT_NAME, model_client=client, tools=[calculator], system_message=SYSTEM_PROMPT, reflect_on_tool_use=False,
+            )
             result = await agent.run(task=user_message(task))
-            final = result.messages[-1]
-            value = reward(task, final.content if isinstance(final.content, str) else "")
+            value = reward(task, final_answer(result.messages[-1]))
             tracerl.emit_reward(value, name="correct")
             return value
     finally:

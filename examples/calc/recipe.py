@@ -1,8 +1,8 @@
 """The calculator agent's recipe: its tasks, the format its starting policy learns, its loop defaults.
 
-The messages below are the ones AutoGen's ``AssistantAgent`` sends for one problem (the
-first call, then the reflection call after the tool ran); the tests compare the prompts
-rendered from them with the prompt token ids captured from a real run of the agent.
+The messages below are the ones AutoGen's ``AssistantAgent`` sends for one problem; the
+tests compare the prompts rendered from them with the prompt token ids captured from a
+real run of the agent.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 from examples.calc import task as calc
-from examples.calc.agent import AGENT_NAME
 from tracerl.trainer.loop.config import LoopConfig
 from tracerl.trainer.loop.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
 from tracerl.trainer.serving import tool_parser
@@ -39,30 +38,16 @@ def first_messages(task: calc.Task) -> list[dict]:
     ]
 
 
-def reflection_messages(task: calc.Task, expression: str, tool_output: str) -> list[dict]:
-    return first_messages(task) + [
-        {"role": "assistant", "content": None, "tool_calls": [tool_call(expression)], "name": AGENT_NAME},
-        {"role": "tool", "content": tool_output, "tool_call_id": "call_0"},
-    ]
-
-
 def warm_start(train: list[Task], seed: int, n: int = 1500) -> list[WarmStartStage]:
-    """Teach the format, not the task: call the calculator on the story's numbers with a random operation, then copy its result.
-
-    Copying the result is taught first, until learned (as in the demo: mixed from the
-    start with the random tool turns, the tiny model does not find the copy in this budget).
-    """
+    """Teach the format, not the task: call the calculator on the story's two numbers with a random operation."""
     rng = random.Random(seed)
-    calls, copies = [], []
     candidates = [calc.Task(**t) for t in train if len(calc.story_numbers(t["question"])) >= 2]
+    calls = []
     for _ in range(n):
         task = rng.choice(candidates)
         a, b = calc.story_numbers(task.question)[:2]
-        expression = f"{a} {rng.choice(OPERATIONS)} {b}"
-        calls.append(FormatExample(first_messages(task), tool_parser.render([tool_call(expression)])))
-        output = calc.calculator(expression)
-        copies.append(FormatExample(reflection_messages(task, expression, output), output))
-    return [WarmStartStage(copies, max_epochs=12), WarmStartStage(calls + copies, max_epochs=8, stop_below_loss=0.06)]
+        calls.append(FormatExample(first_messages(task), tool_parser.render([tool_call(f"{a} {rng.choice(OPERATIONS)} {b}")])))
+    return [WarmStartStage(calls, max_epochs=12, stop_below_loss=0.056)]
 
 
 def _tokenizer_corpus() -> tuple[str, ...]:
@@ -81,6 +66,6 @@ RECIPE = AgentRecipe(
     tasks=tasks,
     warm_start=warm_start,
     tokenizer_corpus=_tokenizer_corpus(),
-    version=1,
+    version=2,
     defaults=LoopConfig(out=Path("runs/calc"), rounds=8, tasks_per_round=32, group_size=4, eval_tasks=100, train=TrainConfig()),
 )

@@ -62,10 +62,9 @@ class CalculatorError(ValueError):
 
 
 def calculator(expression: str) -> str:
-    """Evaluate numbers combined with + - * / and parentheses; anything else is refused.
-
-    Arithmetic is exact (fractions); a non-integer result is rounded to ``DECIMALS`` places.
-    """
+    """Evaluate an arithmetic expression of numbers, + - * / and parentheses, such as '7 + 3'."""
+    # The docstring is the tool's description the model is sent. Arithmetic is exact
+    # (fractions); a non-integer result is rounded to DECIMALS places.
     try:
         tree = ast.parse(expression.strip(), mode="eval")
         value = _evaluate(tree.body)
@@ -127,36 +126,40 @@ def story_numbers(question: str) -> list[str]:
     return _NUMBER.findall(question)
 
 
-def _operands(op: str, rng: random.Random) -> tuple[int, int]:
-    if op == "+":
-        return rng.randint(2, 20), rng.randint(2, 20)
+def _triples(op: str) -> list[tuple[int, int]]:
+    """Every (a, b) of ``op``: single digits (a tiny model copies eight number tokens reliably), exact quotients."""
     if op == "-":
-        a = rng.randint(5, 30)
-        return a, rng.randint(2, a - 1)
-    if op == "*":
-        return rng.randint(2, 9), rng.randint(2, 9)
-    b, quotient = rng.randint(2, 9), rng.randint(2, 9)
-    return b * quotient, b
+        return [(a, b) for a in range(3, 10) for b in range(2, a)]
+    if op == "/":
+        return [(a, b) for a in range(2, 10) for b in range(2, a) if a % b == 0]  # 4/2 ... 8/4
+    return [(a, b) for a in range(2, 10) for b in range(2, 10)]
 
 
-def local_tasks(seed: int = 0, n_train: int = 2000, n_held_out: int = 200) -> tuple[list[Task], list[Task]]:
-    """Seeded problems; a held-out problem's (operation, a, b) never occurs in training, under any phrase."""
+def local_tasks(seed: int = 0, n_train: int = 2000, n_held_out: int = 200, held_out_fraction: float = 0.2) -> tuple[list[Task], list[Task]]:
+    """Seeded problems; a held-out problem's (operation, a, b) never occurs in training, under any phrase.
+
+    Each operation holds out ``held_out_fraction`` of its number pairs (at least one), so
+    every operation is tested; problems pick the operation uniformly, then a pair of its
+    split, a phrase, a name and an item.
+    """
     rng = random.Random(seed)
-    buckets: dict[str, list[Task]] = {"train": [], "test": []}
-    size = {"train": n_train, "test": n_held_out}
-    split_of: dict[tuple[str, int, int], str] = {}
-    while any(len(buckets[s]) < size[s] for s in buckets):
-        op = rng.choice(tuple(PHRASES))
-        a, b = _operands(op, rng)
-        if (op, a, b) not in split_of:  # a new triple goes to held-out with its share of the total
-            held_out_wanted = len(buckets["test"]) < n_held_out and (rng.random() < n_held_out / (n_train + n_held_out) or len(buckets["train"]) >= n_train)
-            split_of[(op, a, b)] = "test" if held_out_wanted else "train"
-        split = split_of[(op, a, b)]
-        bucket = buckets[split]
-        if len(bucket) < size[split]:
+    pairs: dict[str, dict[str, list[tuple[int, int]]]] = {}
+    for op in PHRASES:
+        triples = _triples(op)
+        rng.shuffle(triples)
+        cut = max(1, round(len(triples) * held_out_fraction))
+        pairs[op] = {"test": triples[:cut], "train": triples[cut:]}
+
+    def problems(split: str, n: int) -> list[Task]:
+        out = []
+        for i in range(n):
+            op = rng.choice(tuple(PHRASES))
+            a, b = rng.choice(pairs[op][split])
             question = rng.choice(PHRASES[op]).format(name=rng.choice(NAMES), a=a, b=b, item=rng.choice(ITEMS))
-            bucket.append(Task(f"calc-{split}-{len(bucket)}", question, calculator(f"{a} {op} {b}"), split))
-    return buckets["train"], buckets["test"]
+            out.append(Task(f"calc-{split}-{i}", question, calculator(f"{a} {op} {b}"), split))
+        return out
+
+    return problems("train", n_train), problems("test", n_held_out)
 
 
 def load_calcx(path: Path, held_out_fraction: float = 0.2, seed: int = 0) -> tuple[list[Task], list[Task]]:
