@@ -6,7 +6,8 @@ identical credit the answer turn of an episode whose tool was wrong is punished 
 copying faithfully; discounted credit (gamma 0.9) gives the earlier call less of the final reward and
 keeps a penalty on the call that caused it;
 automatic intermediate rewards (AIR) add a penalty on a call whose tool failed. Each
-combination runs over the same seeds; the table gives held-out reward per round as
+combination trains both calls (the demo itself trains only the tool picker) and runs
+over the same seeds; the table gives held-out reward per round as
 mean ± std over seeds, ready for the README.
 
     python benchmarks/credit_assignment.py --parallel 2
@@ -23,10 +24,10 @@ from loop_runs import Variant, load_recipe, per_round_table, plot_curves, run_al
 
 GAMMA = 0.9
 VARIANTS = [
-    Variant("identical + AIR", {"credit": "identical", "air": True}),
-    Variant("identical, no AIR", {"credit": "identical", "air": False}),
-    Variant("discounted + AIR", {"credit": "discounted", "gamma": GAMMA, "air": True}),
-    Variant("discounted, no AIR", {"credit": "discounted", "gamma": GAMMA, "air": False}),
+    Variant("identical + AIR", {"credit": "identical", "air": True, "agents": None}),
+    Variant("identical, no AIR", {"credit": "identical", "air": False, "agents": None}),
+    Variant("discounted + AIR", {"credit": "discounted", "gamma": GAMMA, "air": True, "agents": None}),
+    Variant("discounted, no AIR", {"credit": "discounted", "gamma": GAMMA, "air": False, "agents": None}),
 ]
 
 

@@ -16,7 +16,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 from openai import OpenAI
 from opentelemetry import trace
@@ -25,16 +27,26 @@ from opentelemetry.trace import Status, StatusCode
 import tracerl
 from tracerl.schemas import attributes as A
 from tracerl.trainer.loop.recipe import AGENT_CONCURRENCY_ENV, POLICY_MODEL_NAME
-from tracerl.trainer.demo.task import Task, UnknownToolError, first_messages, reward, run_tool, second_messages, tool_named
+from tracerl.trainer.demo.task import ANSWERER, TOOL_PICKER, Task, UnknownToolError, first_messages, reward, run_tool, second_messages, tool_named
 
 tracer = trace.get_tracer("tracerl.trainer.demo.agent")
 
 
+@contextmanager
+def sub_agent(name: str) -> Iterator[None]:
+    """An OTel GenAI ``invoke_agent`` span: the calls inside belong to agent ``name`` (what ``--agents`` selects)."""
+    with tracer.start_as_current_span(f"{A.GEN_AI_INVOKE_AGENT} {name}") as span:
+        span.set_attribute(A.GEN_AI_OPERATION, A.GEN_AI_INVOKE_AGENT)
+        span.set_attribute(A.GEN_AI_AGENT_NAME, name)
+        yield
+
+
 def run_episode(client: OpenAI, model: str, task: Task, temperature: float, seed: int) -> float:
     with tracerl.episode(task_id=task.task_id, split=task.split):
-        first = client.chat.completions.create(
-            model=model, messages=first_messages(task), max_tokens=8, temperature=temperature, seed=seed
-        )
+        with sub_agent(TOOL_PICKER):
+            first = client.chat.completions.create(
+                model=model, messages=first_messages(task), max_tokens=8, temperature=temperature, seed=seed
+            )
         tool_choice = first.choices[0].message.content or ""
         tool = tool_named(tool_choice)
         with tracer.start_as_current_span("execute_tool calculator") as span:
@@ -46,13 +58,14 @@ def run_episode(client: OpenAI, model: str, task: Task, temperature: float, seed
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, str(exc)))
                 tool_result = f"error: {exc}"
-        second = client.chat.completions.create(
-            model=model,
-            messages=second_messages(task, tool_choice, tool_result),
-            max_tokens=4,
-            temperature=temperature,
-            seed=seed + 1,
-        )
+        with sub_agent(ANSWERER):
+            second = client.chat.completions.create(
+                model=model,
+                messages=second_messages(task, tool_choice, tool_result),
+                max_tokens=4,
+                temperature=temperature,
+                seed=seed + 1,
+            )
         value = reward(task, second.choices[0].message.content or "")
         tracerl.emit_reward(value, name="correct")
         return value

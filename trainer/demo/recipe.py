@@ -19,21 +19,27 @@ def tasks(seed: int, data: Path | None) -> tuple[list[Task], list[Task]]:
 
 
 def warm_start(train: list[Task], seed: int, n: int = 1500) -> list[WarmStartStage]:
-    """Teach the format, not the task: restate the word, name a tool at random, copy what it returned.
+    """Teach the format, not the task: restate the word, name a tool by an arbitrary preference, copy its result.
 
-    Tool turns restate the word, then name each of the three tools or the missing one
-    uniformly, whatever the word says; answer turns copy the tool's result. The two
-    copying skills (the word into the first turn, the result into the answer) are taught
-    first, until learned: mixed with the deliberately random tool choices from the start,
-    the tiny model learns to ignore its input instead. A copy learned only to ~0.85 then
-    erodes under RL (a faithful copy of a wrong tool's result is punished), so the bar is
-    a mean loss of 0.01.
+    Each word gets its own preference over the four tool names (three real, one missing),
+    drawn at random per seed, as a pretrained model has opinions unrelated to this task.
+    The preference must depend on the word: a starting policy taught one preference for
+    every word learns to ignore the word, and a two-layer model never finds it again
+    under RL (measured: its tool probabilities stayed the same for every word to two
+    decimals after eight rounds). Answer turns copy the tool's result.
+
+    The two copying skills (the word into the first turn, the result into the answer) are
+    taught first, until learned; mixed with the tool turns from the start the tiny model
+    does not find them. The copies are weighted up in the mixed stage: a copy worn down to
+    ~0.85 erodes further under RL, where a faithful copy of a wrong tool's result is punished.
     """
     rng = random.Random(seed)
+    names = (*demo_task.TOOLS, demo_task.MISSING_TOOL)
+    preference = {word: [0.2 + rng.random() for _ in names] for word in demo_task.WORDS}
     tool_turns, restatements, copies = [], [], []
     for _ in range(n):
         task = demo_task.Task(**rng.choice(train))
-        tool = rng.choice((*demo_task.TOOLS, demo_task.MISSING_TOOL))
+        tool = rng.choices(names, weights=preference[task.word])[0]
         turn = demo_task.tool_turn(task.word, tool)
         tool_turns.append(FormatExample(demo_task.first_messages(task), turn))
         restatements.append(FormatExample(demo_task.first_messages(task), task.word, ends_turn=False))
@@ -43,8 +49,7 @@ def warm_start(train: list[Task], seed: int, n: int = 1500) -> list[WarmStartSta
     return [
         WarmStartStage(copies, max_epochs=20, stop_below_loss=0.01),
         WarmStartStage(restatements + copies, max_epochs=20, stop_below_loss=0.01),
-        # copies weighted up: mixed in once, the random tool turns wore the copy down to ~0.9
-        WarmStartStage(tool_turns + restatements + 3 * copies, max_epochs=2, stop_below_loss=0.0),
+        WarmStartStage(tool_turns + 3 * copies, max_epochs=2, stop_below_loss=0.0),
     ]
 
 
@@ -55,6 +60,6 @@ DEMO = AgentRecipe(
     tasks=tasks,
     warm_start=warm_start,
     tokenizer_corpus=(),  # the tiny model's own corpus covers the demo's words: vLLM can start on the base model
-    version=8,
-    defaults=LoopConfig(out=Path("runs/demo")),
+    version=9,
+    defaults=LoopConfig(out=Path("runs/demo"), agents=demo_task.TOOL_PICKER),
 )

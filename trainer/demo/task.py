@@ -14,9 +14,18 @@ cores in minutes. Each episode makes two LLM calls with a tool call between them
    then sees instead of a result;
 3. the policy reads the tool's output and gives the final answer.
 
-The reward is 1 when the answer equals the true result. The starting policy knows the
-format (restate the word, name one of the tool names it has seen, copy the result) but
-picks the tool at random, so it succeeds about one time in four.
+The reward is 1 when the answer equals the true result. The two calls belong to two
+sub-agents (``tool_picker``, ``answerer``, as OTel GenAI ``invoke_agent`` spans), and the
+demo trains the tool picker only (``--agents tool_picker``, the paper's selective
+optimisation): the answerer copies, and under identical credit a faithful copy of a
+wrong tool's result is punished. Trained too, one seed in three unlearned copying after
+``max`` (copy probability 1.00 -> 0.37) while its tool choice was being learned, and
+held-out reward fell; ``benchmarks/credit_assignment.py`` trains both and compares
+credit assignments on exactly this.
+
+The starting policy knows the format (restate the word, name one of the tool names it
+has seen, copy the result) but its tool preferences are arbitrary (see the recipe's warm
+start), so it succeeds about one time in four.
 
 Why the restatement: a starting policy taught to pick a tool at random whatever the
 input learns to ignore the input, and a two-layer model then never finds the word again
@@ -36,6 +45,8 @@ WORDS = {"larger": "max", "smaller": "min", "gap": "diff"}  # the word in a task
 # A name weak models reach for that is no tool here: calling it is a tool error.
 MISSING_TOOL = "calc"
 SYSTEM_PROMPT = "tools: " + " ".join(TOOLS)
+# The agent's two sub-agents (OTel ``gen_ai.agent.name``): the first call picks the tool, the second answers.
+TOOL_PICKER, ANSWERER = "tool_picker", "answerer"
 
 
 class UnknownToolError(ValueError):

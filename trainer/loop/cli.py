@@ -39,7 +39,7 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
         credit: str = typer.Option(d.credit, "--credit", help=f"How an episode's reward reaches its calls: {' or '.join(CREDITS)}."),
         gamma: float = typer.Option(d.gamma, "--gamma", min=0.0, max=1.0, help="Discount of --credit discounted."),
         air: bool = typer.Option(d.air, "--air/--no-air", help="Automatic intermediate rewards from tool errors and other system signals."),
-        agents: Optional[str] = typer.Option(d.agents, "--agents", help="Train only these agents' calls (comma-separated names)."),
+        agents: Optional[str] = typer.Option(d.agents, "--agents", help="Train only these agents' calls (comma-separated names; '' trains every call)."),
         server: str = typer.Option(
             d.server, "--server",
             help=f"What serves the policy: {' or '.join(SERVERS)} (`vllm serve` from TRACERL_VLLM_PYTHON's venv, reloaded from disk each round).",

@@ -175,7 +175,7 @@ def run_loop(
             phase(rnd, "building the dataset")
             manifest = build_dataset(
                 round_dir / "data", round_dir / "dataset", splits=("train",),
-                credit=cfg.credit, default_rules=cfg.air, agents=agents_pattern(cfg.agents),
+                credit=cfg.credit, gamma=cfg.gamma, default_rules=cfg.air, agents=agents_pattern(cfg.agents),
             )
             row = {
                 "round": rnd,

@@ -24,7 +24,7 @@ from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import Sample
 from tracerl.trainer.training.torch_backend import TRAINER_STATE_FILE, PolicyTrainer
 
-WARM_START_LEARNING_RATE = 3e-3
+WARM_START_LEARNING_RATE = 1e-3
 
 
 def starting_policy(recipe: AgentRecipe, seed: int, data: Path | None = None) -> Path:
