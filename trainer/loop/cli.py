@@ -40,6 +40,9 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
         gamma: float = typer.Option(d.gamma, "--gamma", min=0.0, max=1.0, help="Discount of --credit discounted."),
         air: bool = typer.Option(d.air, "--air/--no-air", help="Automatic intermediate rewards from tool errors and other system signals."),
         agents: Optional[str] = typer.Option(d.agents, "--agents", help="Train only these agents' calls (comma-separated names; '' trains every call)."),
+        tool_call_parser: Optional[str] = typer.Option(
+            d.tool_call_parser, "--tool-call-parser", help="With --server vllm: vLLM's tool-call parser for agents that send tools (hermes, llama3_json, ...).",
+        ),
         server: str = typer.Option(
             d.server, "--server",
             help=f"What serves the policy: {' or '.join(SERVERS)} (`vllm serve` from TRACERL_VLLM_PYTHON's venv, reloaded from disk each round).",
@@ -53,7 +56,7 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
             raise typer.BadParameter(f"{credit!r} is not one of {', '.join(CREDITS)}", param_hint="--credit")
         cfg = replace(
             d, out=out, rounds=rounds, tasks_per_round=tasks_per_round, group_size=group_size, eval_tasks=eval_tasks,
-            seed=seed, model=model, data=data, credit=credit, gamma=gamma, air=air, agents=agents, server=server,
+            seed=seed, model=model, data=data, credit=credit, gamma=gamma, air=air, agents=agents, server=server, tool_call_parser=tool_call_parser,
             train=replace(d.train, learning_rate=learning_rate, seed=seed),
         )
         columns = (TextColumn("[bold]round {task.completed}/{task.total}"), BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn())

@@ -21,6 +21,9 @@ class LoopConfig:
     seed: int = 0
     model: str | None = None  # starting policy; None: the recipe's warm-started tiny model
     server: str = SERVERS[0]  # one of SERVERS
+    # vLLM's parser of the model's tool calls (`vllm serve --tool-call-parser`), for agents that send
+    # `tools`: "hermes" for the tiny model and Qwen, "llama3_json" for Llama 3; the built-in server parses hermes
+    tool_call_parser: str | None = None
     data: Path | None = None  # the recipe's public data set (its own format); None: tasks made locally
     credit: str = CREDITS[0]  # how an episode's reward reaches its calls (pipeline --credit)
     gamma: float = 1.0  # discount of --credit discounted (pipeline --gamma)

@@ -58,7 +58,7 @@ class PolicyEndpoint:
 
 
 @contextmanager
-def policy_endpoint(server: str, start: Path) -> Iterator[PolicyEndpoint]:
+def policy_endpoint(server: str, start: Path, tool_call_parser: str | None = None) -> Iterator[PolicyEndpoint]:
     """``server`` (one of ``SERVERS``) serving ``start`` as policy version 0 until the block ends."""
     if server == "tracerl":
         from tracerl.trainer.serving.app import running_server
@@ -68,7 +68,7 @@ def policy_endpoint(server: str, start: Path) -> Iterator[PolicyEndpoint]:
     elif server == "vllm":
         from tracerl.trainer.serving.vllm_process import running_vllm
 
-        with running_vllm(start, served_model_name=POLICY_MODEL_NAME) as vllm:
+        with running_vllm(start, served_model_name=POLICY_MODEL_NAME, tool_call_parser=tool_call_parser) as vllm:
             yield PolicyEndpoint(vllm.base_url, VllmReload(vllm.base_url, served_checkpoint=start))
     else:
         raise ValueError(f"unknown server {server!r}: use one of {', '.join(SERVERS)}")
@@ -162,7 +162,7 @@ def run_loop(
     trainer: TrainingBackend = PolicyTrainer(start, cfg.train)
     train_tasks, held_out = recipe.tasks(cfg.seed, cfg.data)
     rows: list[dict] = []
-    with nullcontext(endpoint) if endpoint else policy_endpoint(cfg.server, start) as served:
+    with nullcontext(endpoint) if endpoint else policy_endpoint(cfg.server, start, cfg.tool_call_parser) as served:
         for rnd in range(cfg.rounds + 1):
             t0 = time.time()
             round_dir = out / "rounds" / f"{rnd:03d}"

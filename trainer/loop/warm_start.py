@@ -11,6 +11,7 @@ OpenAI-shaped messages, so the model is taught on exactly the prompts it is late
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from collections.abc import Sequence
@@ -28,8 +29,16 @@ WARM_START_LEARNING_RATE = 1e-3
 
 
 def starting_policy(recipe: AgentRecipe, seed: int, data: Path | None = None) -> Path:
-    """The warm-started tiny model of ``recipe`` for ``seed`` (built on first use, then cached)."""
-    path = default_cache_dir() / "policies" / f"{recipe.name}-v{recipe.version}-{tiny_model_key(recipe.tokenizer_corpus)}-seed{seed}"
+    """The warm-started tiny model of ``recipe`` for ``seed`` (built on first use, then cached).
+
+    With ``data`` (a public data set the recipe reads) the training tasks differ, so the
+    cache key holds the file's name, size and modification time.
+    """
+    key = f"{recipe.name}-v{recipe.version}-{tiny_model_key(recipe.tokenizer_corpus)}-seed{seed}"
+    if data is not None:
+        stat = Path(data).stat()
+        key += "-" + hashlib.sha256(f"{Path(data).resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:10]
+    path = default_cache_dir() / "policies" / key
     if (path / "config.json").exists():
         return path
     tmp = path.with_name(path.name + f".tmp-{os.getpid()}")

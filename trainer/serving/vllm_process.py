@@ -65,12 +65,17 @@ def vllm_python() -> str:
     )
 
 
-def vllm_command(python: str, model: Path, *, served_model_name: str, host: str, port: int, dtype: str, lora_rank: int | None) -> list[str]:
+def vllm_command(
+    python: str, model: Path, *, served_model_name: str, host: str, port: int, dtype: str, lora_rank: int | None,
+    tool_call_parser: str | None = None,
+) -> list[str]:
     command = [
         python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
         "--served-model-name", served_model_name, "--host", host, "--port", str(port),
         "--dtype", dtype, "--enforce-eager", "--middleware", MIDDLEWARE,
     ]
+    if tool_call_parser:  # agents that send `tools` get a 400 from vLLM without it
+        command += ["--enable-auto-tool-choice", "--tool-call-parser", tool_call_parser]
     if lora_rank is not None:
         command += ["--enable-lora", "--max-lora-rank", str(lora_rank), "--max-loras", "2"]
     return command
@@ -82,6 +87,7 @@ def running_vllm(
     *,
     served_model_name: str = "policy",
     lora_rank: int | None = None,
+    tool_call_parser: str | None = None,
     dev_mode: bool = True,
     dtype: str = "float32",
     policy_version: int = 0,
@@ -98,7 +104,8 @@ def running_vllm(
         env["VLLM_SERVER_DEV_MODE"] = "1"
     if lora_rank is not None:
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
-    command = vllm_command(vllm_python(), Path(model), served_model_name=served_model_name, host=host, port=port, dtype=dtype, lora_rank=lora_rank)
+    command = vllm_command(vllm_python(), Path(model), served_model_name=served_model_name, host=host, port=port, dtype=dtype, lora_rank=lora_rank,
+                           tool_call_parser=tool_call_parser)
     with log.open("wb") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = VllmServer(f"http://{host}:{port}", log, process)
