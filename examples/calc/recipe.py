@@ -39,14 +39,22 @@ def first_messages(task: calc.Task) -> list[dict]:
 
 
 def warm_start(train: list[Task], seed: int, n: int = 1500) -> list[WarmStartStage]:
-    """Teach the format, not the task: call the calculator on the story's two numbers with a random operation."""
+    """Teach the format, not the task: restate a word, then call the calculator on the story's two numbers with a random operation.
+
+    The word restated is the one just before the second number, whatever the operation
+    (the hermes format lets text precede a tool call; AutoGen keeps it as the call's
+    thought). Like the demo's restated word, it puts the word the operation depends on at
+    a fixed distance before the operator, where a 2-layer model finds it; the warm start
+    draws the operator at random, so what it should be is left to reinforcement learning.
+    """
     rng = random.Random(seed)
-    candidates = [calc.Task(**t) for t in train if len(calc.story_numbers(t["question"])) >= 2]
+    candidates = [calc.Task(**t) for t in train if calc.word_before_second_number(t["question"])]
     calls = []
     for _ in range(n):
         task = rng.choice(candidates)
         a, b = calc.story_numbers(task.question)[:2]
-        calls.append(FormatExample(first_messages(task), tool_parser.render([tool_call(f"{a} {rng.choice(OPERATIONS)} {b}")])))
+        call = tool_parser.render([tool_call(f"{a} {rng.choice(OPERATIONS)} {b}")])
+        calls.append(FormatExample(first_messages(task), calc.word_before_second_number(task.question) + call))
     return [WarmStartStage(calls, max_epochs=12, stop_below_loss=0.056)]
 
 
@@ -66,6 +74,6 @@ RECIPE = AgentRecipe(
     tasks=tasks,
     warm_start=warm_start,
     tokenizer_corpus=_tokenizer_corpus(),
-    version=2,
+    version=3,
     defaults=LoopConfig(out=Path("runs/calc"), rounds=8, tasks_per_round=32, group_size=4, eval_tasks=100, train=TrainConfig()),
 )

@@ -126,6 +126,13 @@ def story_numbers(question: str) -> list[str]:
     return _NUMBER.findall(question)
 
 
+def word_before_second_number(question: str) -> str | None:
+    """The word just before the question's second number (``buys`` in *Ann has 7 pens and buys 3 more.*), if any."""
+    words = question.split()
+    numbers = [i for i, w in enumerate(words) if _NUMBER.fullmatch(w.strip(".,"))]
+    return words[numbers[1] - 1] if len(numbers) >= 2 and numbers[1] > 0 else None
+
+
 def _triples(op: str) -> list[tuple[int, int]]:
     """Every (a, b) of ``op``: single digits (a tiny model copies eight number tokens reliably), exact quotients."""
     if op == "-":

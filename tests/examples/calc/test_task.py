@@ -84,3 +84,15 @@ def test_a_bad_calcx_line_is_named_with_its_file_and_line(tmp_path, line, messag
     path.write_text('{"id": "ok", "question": "q", "result": "1"}\n' + line + "\n")
     with pytest.raises(ValueError, match=f"bad.jsonl, {message}"):
         calc.load_calcx(path)
+
+
+def test_the_word_before_the_second_number_is_found_in_every_story():
+    """The warm start restates it; which operation it asks for is left to reinforcement learning."""
+    assert calc.word_before_second_number("Ann has 7 pens and buys 3 more.") == "buys"
+    assert calc.word_before_second_number("Ben buys 7 packs of 3 pens.") == "of"
+    assert calc.word_before_second_number("How many degrees of 75° can form a right angle?") is None
+    train, held_out = calc.local_tasks(seed=0)
+    words = {operation_of(t.question): set() for t in train}
+    for t in train + held_out:
+        words[operation_of(t.question)].add(calc.word_before_second_number(t.question))
+    assert all(words[a].isdisjoint(words[b]) for a in words for b in words if a != b)  # the word decides the operation
