@@ -29,5 +29,6 @@ class LoopConfig:
     gamma: float = 1.0  # discount of --credit discounted (pipeline --gamma)
     air: bool = True  # automatic intermediate rewards from system signals (pipeline's default rules)
     agents: str | None = None  # train only these agents' calls (pipeline --agents), e.g. "writer,rewriter"
+    replay_samples: int = 32  # the recipe's format_replay examples mixed into each round's training (0: none)
     concurrency: int = 16  # episodes the agent runs at once
     train: TrainConfig = field(default_factory=TrainConfig)

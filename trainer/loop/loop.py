@@ -8,7 +8,9 @@ Each round:
    exactly as for a user's agent;
 2. the pipeline turns that round's spans into transitions (one per LLM call), with the
    configured credit assignment, automatic intermediate rewards and agent selection;
-3. the torch backend takes a clipped policy-gradient step on them and writes a
+3. the torch backend takes a clipped policy-gradient step on them (plus a few of the
+   recipe's format turns replayed as supervised samples, so that training one
+   sub-agent's calls does not wear down another's format) and writes a
    checkpoint, which :func:`tracerl.trainer.publish.publish` makes the endpoint serve as
    the next policy version.
 
@@ -38,10 +40,9 @@ import duckdb
 from tracerl.schemas import attributes as A
 from tracerl.trainer.loop.config import SERVERS, LoopConfig
 from tracerl.trainer.loop.recipe import AGENT_CONCURRENCY_ENV, POLICY_MODEL_NAME, AgentRecipe, Task
-from tracerl.trainer.loop.warm_start import starting_policy
+from tracerl.trainer.loop.warm_start import starting_policy, supervised_samples
 from tracerl.trainer.publish import BuiltinServer, PublishTarget, VllmReload, publish
-from tracerl.trainer.training.backend import TrainingBackend
-from tracerl.trainer.training.dataset import read_dataset
+from tracerl.trainer.training.dataset import Sample, read_dataset
 from tracerl.trainer.training.torch_backend import PolicyTrainer
 
 
@@ -139,6 +140,13 @@ def plot_reward_curve(rows: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def format_replay_samples(recipe: AgentRecipe, trainer: PolicyTrainer, train_tasks: list[Task], cfg: LoopConfig) -> list[Sample]:
+    """The recipe's turns to keep, as supervised samples (none without ``format_replay`` or with ``replay_samples`` 0)."""
+    if recipe.format_replay is None or cfg.replay_samples <= 0:
+        return []
+    return supervised_samples(trainer.tokenizer, recipe.format_replay(train_tasks, cfg.seed))
+
+
 def run_loop(
     recipe: AgentRecipe, cfg: LoopConfig, on_phase: Callable[[int, str], None] | None = None, endpoint: PolicyEndpoint | None = None
 ) -> list[dict]:
@@ -159,8 +167,9 @@ def run_loop(
     metrics_path.write_text("")
     phase(0, "preparing the starting policy")
     start = Path(cfg.model) if cfg.model else starting_policy(recipe, cfg.seed, cfg.data)
-    trainer: TrainingBackend = PolicyTrainer(start, cfg.train)
+    trainer = PolicyTrainer(start, cfg.train)
     train_tasks, held_out = recipe.tasks(cfg.seed, cfg.data)
+    replay = format_replay_samples(recipe, trainer, train_tasks, cfg)
     rows: list[dict] = []
     with nullcontext(endpoint) if endpoint else policy_endpoint(cfg.server, start, cfg.tool_call_parser) as served:
         for rnd in range(cfg.rounds + 1):
@@ -187,7 +196,8 @@ def run_loop(
             if rnd < cfg.rounds:
                 phase(rnd, "training")
                 samples, skipped = read_dataset(round_dir / "dataset")
-                stats = trainer.train(samples)
+                kept = random.Random(cfg.seed * 1000 + rnd).sample(replay, min(cfg.replay_samples, len(replay)))
+                stats = trainer.train(samples + kept)
                 checkpoint = trainer.save(out / "policy" / f"v{rnd + 1}")
                 publish(checkpoint, served.target, version=rnd + 1)
                 row.update(

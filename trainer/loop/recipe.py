@@ -58,6 +58,10 @@ class AgentRecipe:
     tasks: Callable[[int, Path | None], tuple[list[Task], list[Task]]]
     # (training tasks, seed) -> stages that teach the tiny model the format; None: start untrained
     warm_start: Callable[[list[Task], int], list[WarmStartStage]] | None = None
+    # (training tasks, seed) -> turns reinforcement learning must not unlearn, replayed as supervised samples
+    # in every round (InstructGPT's PPO-ptx, on the format): the calls of one sub-agent share weights with the
+    # others, and training one drifts the rest. None: nothing replayed
+    format_replay: Callable[[list[Task], int], list[FormatExample]] | None = None
     tokenizer_corpus: tuple[str, ...] = ()  # strings the tiny model's tokenizer gives tokens of their own
     version: int = 1  # bump when the tasks or the warm start change, so cached starting policies are rebuilt
     defaults: LoopConfig = field(default_factory=LoopConfig)
