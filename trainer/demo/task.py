@@ -18,10 +18,10 @@ The reward is 1 when the answer equals the true result. The two calls belong to 
 sub-agents (``tool_picker``, ``answerer``, as OTel GenAI ``invoke_agent`` spans), and the
 demo trains the tool picker only (``--agents tool_picker``, the paper's selective
 optimisation): the answerer copies, and under identical credit a faithful copy of a
-wrong tool's result is punished. Trained too, one seed in three unlearned copying after
-``max`` (copy probability 1.00 -> 0.37) while its tool choice was being learned, and
-held-out reward fell; ``benchmarks/credit_assignment.py`` trains both and compares
-credit assignments on exactly this.
+wrong tool's result is punished (trained too, one seed in three unlearned copying after
+``max``, 1.00 -> 0.37, and its held-out reward fell). The answerer's copies are replayed
+each round instead (the recipe's ``format_replay``). ``benchmarks/credit_assignment.py``
+trains both calls and compares credit assignments on exactly this.
 
 The starting policy knows the format (restate the word, name one of the tool names it
 has seen, copy the result) but its tool preferences are arbitrary (see the recipe's warm
