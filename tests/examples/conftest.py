@@ -10,17 +10,25 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_policy_cache(tmp_path_factory):
+    """One cache folder for the whole session: each recipe's starting policy is warm-started once per
+    run (minutes on 2 cores), fresh every run, and the notebooks' kernels inherit it."""
+    with pytest.MonkeyPatch.context() as patch:
+        path = tmp_path_factory.mktemp("tracerl-cache")
+        patch.setenv("TRACERL_CACHE_DIR", str(path))
+        yield path
+
+
 @pytest.fixture
-def run_example_notebook(tmp_path, monkeypatch) -> Callable[[str], tuple[list[dict], str]]:
+def run_example_notebook() -> Callable[[str], tuple[list[dict], str]]:
     """``run_example_notebook("sql")`` executes ``examples/sql/notebook.ipynb`` top to bottom and returns
     its code cells' outputs (none of them an error) and their text.
 
     It runs from the repository root, as a user opens it (``examples`` importable, ``python -m
-    examples.NAME.agent`` starts), with a cache folder of its own: the kernel inherits it, so the
-    warm start is built fresh."""
+    examples.NAME.agent`` starts), with the session's cache folder."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
-    monkeypatch.setenv("TRACERL_CACHE_DIR", str(tmp_path / "cache"))
 
     def run(example: str) -> tuple[list[dict], str]:
         notebook = nbformat.read(REPO / "examples" / example / "notebook.ipynb", as_version=4)

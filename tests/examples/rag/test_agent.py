@@ -27,14 +27,6 @@ from tracerl_testing.tables import span_rows
 pytestmark = [pytest.mark.slow, pytest.mark.frameworks]
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        path = tmp_path_factory.mktemp("cache")
-        patch.setenv("TRACERL_CACHE_DIR", str(path))
-        yield path
-
-
 def right_episode(task: dict, corpus) -> list[FormatExample]:
     """The two searches and the answer that solve ``task``, each turn as the agent will ask for it."""
     org = task["question"].split("the founder of ")[1].removesuffix(" born?").removesuffix(" attend?")
@@ -50,7 +42,7 @@ def right_episode(task: dict, corpus) -> list[FormatExample]:
 
 
 @pytest.fixture(scope="module")
-def searching_model(cache_dir, tmp_path_factory) -> Path:
+def searching_model(shared_policy_cache, tmp_path_factory) -> Path:
     """A tiny model taught (supervised) the right searches for the training tasks, so episodes make several calls."""
     path = build_tiny_model(tmp_path_factory.mktemp("model") / "policy", seed=0, corpus=RECIPE.tokenizer_corpus)
     train, _ = rag.all_tasks(seed=0)

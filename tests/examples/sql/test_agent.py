@@ -27,15 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.frameworks]
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        path = tmp_path_factory.mktemp("cache")
-        patch.setenv("TRACERL_CACHE_DIR", str(path))
-        yield path
-
-
-@pytest.fixture(scope="module")
-def rejecting_model(cache_dir, tmp_path_factory) -> Path:
+def rejecting_model(shared_policy_cache, tmp_path_factory) -> Path:
     """A tiny model taught (supervised, on the agent's own prompts) to write queries and to
     answer every check with "no", so each episode runs writer, checker and rewriter."""
     path = build_tiny_model(tmp_path_factory.mktemp("model") / "policy", seed=0, corpus=RECIPE.tokenizer_corpus)
