@@ -28,7 +28,5 @@ def test_same_seed_same_metrics(tmp_path):
     first = run_loop(DEMO, replace(short, out=tmp_path / "a"))
     second = run_loop(DEMO, replace(short, out=tmp_path / "b"))
     for a, b in zip(first, second, strict=True):
-        for key in ("train_mean_reward", "eval_mean_reward", "transitions", "clip_fraction"):
-            assert a.get(key) == b.get(key), (key, a, b)
-        for key in ("train_loss", "approx_kl"):  # float noise of batched serving: ~1e-7
-            assert a.get(key) == pytest.approx(b.get(key), abs=1e-5), (key, a, b)
+        a.pop("seconds"), b.pop("seconds")
+        assert a == b  # rewards, losses, KL, clip fraction, served-logprob gap: all of it, exactly
