@@ -47,6 +47,7 @@ class WarmStartStage:
     examples: Sequence[FormatExample]
     max_epochs: int = 1
     stop_below_loss: float = 0.05
+    learning_rate: float | None = None  # None: the loop's WARM_START_LEARNING_RATE
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,8 @@ def starting_policy(recipe: AgentRecipe, seed: int, data: Path | None = None) ->
         train_tasks, _ = recipe.tasks(seed, data)
         for stage in recipe.warm_start(train_tasks, seed):
             samples = supervised_samples(trainer.tokenizer, stage.examples)
+            for group in trainer.optimizer.param_groups:
+                group["lr"] = stage.learning_rate or WARM_START_LEARNING_RATE
             for _ in range(stage.max_epochs):
                 if trainer.train(samples, epochs=1).loss < stage.stop_below_loss:
                     break
