@@ -58,8 +58,10 @@ class PolicyTrainer:
         self.model.train()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.config.learning_rate, weight_decay=0.0)
         state_file = Path(model_path) / TRAINER_STATE_FILE
-        if state_file.exists():  # resume the optimizer where the last `tracerl train` left it
+        if state_file.exists():  # resume the optimizer's moments where the last `tracerl train` left them
             self.optimizer.load_state_dict(torch.load(state_file, weights_only=True))
+            for group in self.optimizer.param_groups:  # the saved state carries its learning rate: this run's wins
+                group["lr"] = self.config.learning_rate
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self._generator = torch.Generator().manual_seed(self.config.seed)
 

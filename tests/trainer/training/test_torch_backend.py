@@ -60,3 +60,16 @@ def test_checkpoint_round_trip_resumes_the_optimizer(tiny_checkpoint, tmp_path, 
     assert resumed.optimizer.state_dict()["state"], "optimizer moments were not restored"
     for a, b in zip(trainer.model.parameters(), resumed.model.parameters()):
         assert torch.equal(a, b)
+
+
+def test_a_resumed_optimizer_takes_this_runs_learning_rate(tiny_checkpoint, tmp_path, write_dataset):
+    # The saved optimizer state holds the learning rate it ran with; --lr (0 for a control) must win.
+    trainer = PolicyTrainer(tiny_checkpoint, TrainConfig(epochs=1, minibatch_size=2, learning_rate=1e-3))
+    write_dataset(tmp_path / "ds", [{"prompt_token_ids": [5, 6], "response_token_ids": [7], "response_logprobs": None, "advantage": 1.0}] * 2)
+    samples = read_dataset(tmp_path / "ds")[0]
+    trainer.train(samples)
+    out = trainer.save(tmp_path / "v1")
+    frozen = PolicyTrainer(out, TrainConfig(epochs=1, minibatch_size=2, learning_rate=0.0))
+    before = [p.detach().clone() for p in frozen.model.parameters()]
+    frozen.train(samples)
+    assert all(torch.equal(a, b) for a, b in zip(before, frozen.model.parameters()))
