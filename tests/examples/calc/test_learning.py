@@ -19,8 +19,7 @@ from tracerl.trainer.loop.loop import run_loop
 pytestmark = [pytest.mark.slow, pytest.mark.frameworks]
 
 
-def test_reinforcement_learning_raises_the_held_out_reward(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRACERL_CACHE_DIR", str(tmp_path / "cache"))  # the warm start is built here, not read from a cache
+def test_reinforcement_learning_raises_the_held_out_reward(tmp_path):
     rows = run_loop(RECIPE, replace(RECIPE.defaults, out=tmp_path / "run", seed=0))
     held_out = [row["eval_mean_reward"] for row in rows]
     assert held_out[-1] - held_out[0] >= 0.2, f"held-out reward per round: {held_out}"
