@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 import statistics
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -21,6 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.trainer.loop.recipe import AgentRecipe
+
+# `examples.*` recipes import from the repository root, as their READMEs run them; spawned runs inherit sys.path
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
 
 @dataclass(frozen=True)
