@@ -76,6 +76,6 @@ RECIPE = AgentRecipe(
     tasks=tasks,
     warm_start=warm_start,
     tokenizer_corpus=_tokenizer_corpus(),
-    version=6,
+    version=7,
     defaults=LoopConfig(out=Path("runs/calc"), rounds=8, tasks_per_round=32, group_size=4, eval_tasks=100, train=TrainConfig()),
 )

@@ -21,7 +21,6 @@ or the same option letter.
 from __future__ import annotations
 
 import ast
-import json
 import math
 import operator
 import random
@@ -29,6 +28,8 @@ import re
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
+
+from examples.data_files import DataFormatError, json_objects
 
 DECIMALS = 4  # the calculator rounds non-integers to this many places; answers compare at this precision
 SYSTEM_PROMPT = "Use the calculator on the numbers of the story, then reply with its result."
@@ -133,29 +134,31 @@ def word_before_second_number(question: str) -> str | None:
     return words[numbers[1] - 1] if len(numbers) >= 2 and numbers[1] > 0 else None
 
 
-def _triples(op: str) -> list[tuple[int, int]]:
-    """Every (a, b) of ``op``: single digits (a tiny model copies eight number tokens reliably), exact quotients."""
-    if op == "-":
-        return [(a, b) for a in range(3, 10) for b in range(2, a)]
-    if op == "/":
-        return [(a, b) for a in range(2, 10) for b in range(2, a) if a % b == 0]  # 4/2 ... 8/4
-    return [(a, b) for a in range(2, 10) for b in range(2, 10)]
+def number_pairs() -> list[tuple[int, int]]:
+    """The (a, b) every operation draws from: ``a = b * q`` with ``b`` and ``q`` in 2..9.
+
+    One pool for all four operations, so the numbers say nothing about the operation, only
+    the phrase does; every quotient is exact, and there are eight of them (2..9), so an
+    answer guessed without the calculator is rarely right (with quotients of 2-4 only, one
+    seed learned to write a digit for every division and was right 13 times in 31).
+    """
+    return [(b * q, b) for b in range(2, 10) for q in range(2, 10)]
 
 
 def local_tasks(seed: int = 0, n_train: int = 2000, n_held_out: int = 200, held_out_fraction: float = 0.2) -> tuple[list[Task], list[Task]]:
     """Seeded problems; a held-out problem's (operation, a, b) never occurs in training, under any phrase.
 
-    Each operation holds out ``held_out_fraction`` of its number pairs (at least one), so
+    Each operation holds out ``held_out_fraction`` of the number pairs (its own draw), so
     every operation is tested; problems pick the operation uniformly, then a pair of its
     split, a phrase, a name and an item.
     """
     rng = random.Random(seed)
     pairs: dict[str, dict[str, list[tuple[int, int]]]] = {}
     for op in PHRASES:
-        triples = _triples(op)
-        rng.shuffle(triples)
-        cut = max(1, round(len(triples) * held_out_fraction))
-        pairs[op] = {"test": triples[:cut], "train": triples[cut:]}
+        shuffled = number_pairs()
+        rng.shuffle(shuffled)
+        cut = max(1, round(len(shuffled) * held_out_fraction))
+        pairs[op] = {"test": shuffled[:cut], "train": shuffled[cut:]}
 
     def problems(split: str, n: int) -> list[Task]:
         out = []
@@ -176,25 +179,15 @@ def load_calcx(path: Path, held_out_fraction: float = 0.2, seed: int = 0) -> tup
     are the data set's own worked solutions, not shown to the agent).
     """
     tasks: list[Task] = []
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            where = f"{path}, line {lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where}: not JSON ({exc.msg}); Calc-X files hold one JSON object per line") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{where}: expected a JSON object with id, question and result, got {type(row).__name__}")
-            missing = [key for key in ("id", "question", "result") if not isinstance(row.get(key), str) or not row[key].strip()]
-            if missing:
-                raise ValueError(f"{where}: field(s) {', '.join(missing)} missing or not a non-empty string (Calc-X rows have id, question, chain, result)")
-            if parse_number(row["result"]) is None and _option(row["result"]) is None:
-                raise ValueError(f"{where}: result {row['result']!r} is neither a number (10, 2.5, 2/3) nor an option letter")
-            tasks.append(Task(row["id"], row["question"], row["result"]))
+    for where, row in json_objects(path, "Calc-X", "id, question and result"):
+        missing = [key for key in ("id", "question", "result") if not isinstance(row.get(key), str) or not row[key].strip()]
+        if missing:
+            raise DataFormatError(f"{where}: field(s) {', '.join(missing)} missing or not a non-empty string (Calc-X rows have id, question, chain, result)")
+        if parse_number(row["result"]) is None and _option(row["result"]) is None:
+            raise DataFormatError(f"{where}: result {row['result']!r} is neither a number (10, 2.5, 2/3) nor an option letter")
+        tasks.append(Task(row["id"], row["question"], row["result"]))
     if len(tasks) < 2:
-        raise ValueError(f"{path}: {len(tasks)} task(s); at least 2 are needed to keep some held out")
+        raise DataFormatError(f"{path}: {len(tasks)} task(s); at least 2 are needed to keep some held out")
     order = list(range(len(tasks)))
     random.Random(seed).shuffle(order)
     n_held_out = max(1, int(len(tasks) * held_out_fraction))

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import duckdb
 
+from examples.data_files import DataFormatError, json_objects
 from examples.rag import bm25
 from tracerl.trainer.loop.recipe import Task  # here: task_id, split, question, answers (gold first, then aliases), corpus
 from tracerl.trainer.tiny_model import default_cache_dir
@@ -70,10 +71,6 @@ QUESTIONS = {  # what a question asks of the company's founder -> its wording
 class Document:
     title: str
     text: str
-
-
-class DataFormatError(ValueError):
-    """A MuSiQue file that does not hold what its format promises; the message names file and line."""
 
 
 # ---- the generated world ------------------------------------------------------------
@@ -124,31 +121,21 @@ def load_musique(path: Path) -> tuple[list[Document], list[Task]]:
     documents: dict[Document, None] = {}
     tasks = []
     seen_ids: set[str] = set()
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}, line {number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataFormatError(f"{where}: not JSON ({exc.msg} at column {exc.colno}); MuSiQue files hold one JSON object per line") from None
-            if not isinstance(record, dict):
-                raise DataFormatError(f"{where}: a {type(record).__name__}, expected a JSON object with {', '.join(_MUSIQUE_FIELDS)}")
-            _check_fields(record, _MUSIQUE_FIELDS, where)
-            aliases = record.get("answer_aliases", [])
-            if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
-                raise DataFormatError(f"{where}: 'answer_aliases' must be a list of strings, got {aliases!r}")
-            for k, paragraph in enumerate(record["paragraphs"]):
-                if not isinstance(paragraph, dict):
-                    raise DataFormatError(f"{where}: paragraphs[{k}] is a {type(paragraph).__name__}, expected an object with title and paragraph_text")
-                _check_fields(paragraph, _PARAGRAPH_FIELDS, f"{where}, paragraphs[{k}]")
-                documents[Document(paragraph["title"], paragraph["paragraph_text"])] = None
-            if record["id"] in seen_ids:
-                raise DataFormatError(f"{where}: id {record['id']!r} appears twice; task ids must be unique")
-            seen_ids.add(record["id"])
-            if record.get("answerable", True) and record["answer"].strip():
-                tasks.append({"task_id": record["id"], "question": record["question"], "answers": [record["answer"], *aliases], "group": record["id"]})
+    for where, record in json_objects(path, "MuSiQue", ", ".join(_MUSIQUE_FIELDS)):
+        _check_fields(record, _MUSIQUE_FIELDS, where)
+        aliases = record.get("answer_aliases", [])
+        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+            raise DataFormatError(f"{where}: 'answer_aliases' must be a list of strings, got {aliases!r}")
+        for k, paragraph in enumerate(record["paragraphs"]):
+            if not isinstance(paragraph, dict):
+                raise DataFormatError(f"{where}: paragraphs[{k}] is a {type(paragraph).__name__}, expected an object with title and paragraph_text")
+            _check_fields(paragraph, _PARAGRAPH_FIELDS, f"{where}, paragraphs[{k}]")
+            documents[Document(paragraph["title"], paragraph["paragraph_text"])] = None
+        if record["id"] in seen_ids:
+            raise DataFormatError(f"{where}: id {record['id']!r} appears twice; task ids must be unique")
+        seen_ids.add(record["id"])
+        if record.get("answerable", True) and record["answer"].strip():
+            tasks.append({"task_id": record["id"], "question": record["question"], "answers": [record["answer"], *aliases], "group": record["id"]})
     if not tasks:
         raise DataFormatError(f"{path}: no answerable question; is it a MuSiQue file (one JSON object per line)?")
     return list(documents), tasks

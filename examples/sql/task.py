@@ -140,10 +140,21 @@ def question_text(table: Table, column: Column, name: str) -> str:
     return f"What is the {column.synonym} of the {table.synonym} named {name}?"
 
 
-def query_text(table: str, column: str, where_value: str | None) -> str:
-    """The one query shape the local tasks need (and the warm start teaches)."""
+def query_text(table: str, column: str, where_value: str | None, note: str | None = None) -> str:
+    """The one query shape the local tasks need; the warm start writes ``note`` (the question's
+    word for the attribute) as a comment just before the column: ``SELECT /* pay */ salary ...``."""
     where = f" WHERE {WHERE_COLUMN} = '{where_value}'" if where_value is not None else ""
-    return f"SELECT {column} FROM {table}{where}"
+    comment = f"/* {note} */ " if note is not None else ""
+    return f"SELECT {comment}{column} FROM {table}{where}"
+
+
+QUESTION_PATTERN = re.compile(r"What is the (\w+) of the (\w+) named (\w+)\?")
+
+
+def asked_attribute(question: str) -> str | None:
+    """The word a local question uses for the attribute it asks (``pay``); None for other questions."""
+    match = QUESTION_PATTERN.fullmatch(question)
+    return match.group(1) if match else None
 
 
 def all_tasks(seed: int = 0, eval_fraction: float = 0.2) -> tuple[list[Task], list[Task]]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from examples.calc import task as calc
+from examples.data_files import DataFormatError
 
 DATA = Path(__file__).parent / "data"
 
@@ -73,7 +74,7 @@ def test_calcx_lines_become_tasks_split_into_train_and_held_out():
     "line, message",
     [
         ("{not json", "line 2: not JSON"),
-        ('["a list"]', "line 2: expected a JSON object"),
+        ('["a list"]', "line 2: a list, expected a JSON object"),
         ('{"id": "x", "question": "q"}', "line 2: field\\(s\\) result missing"),
         ('{"id": "x", "question": "", "result": "1"}', "line 2: field\\(s\\) question missing"),
         ('{"id": "x", "question": "q", "result": "seven"}', "line 2: result 'seven' is neither a number"),
@@ -82,7 +83,7 @@ def test_calcx_lines_become_tasks_split_into_train_and_held_out():
 def test_a_bad_calcx_line_is_named_with_its_file_and_line(tmp_path, line, message):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"id": "ok", "question": "q", "result": "1"}\n' + line + "\n")
-    with pytest.raises(ValueError, match=f"bad.jsonl, {message}"):
+    with pytest.raises(DataFormatError, match=f"bad.jsonl, {message}"):
         calc.load_calcx(path)
 
 

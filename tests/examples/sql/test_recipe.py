@@ -1,13 +1,14 @@
-"""The recipe's warm start teaches the format only: the table and column it writes are random, never the task's."""
+"""The recipe's warm start teaches the format only: which column a question's word means is an
+arbitrary preference per word, never the task's answer, and held-out questions are never taught."""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 
 import pytest
 
 from examples.sql import task as sql
-from examples.sql.recipe import tasks, warm_start
+from examples.sql.recipe import checker_verdicts, column_preferences, tasks, warm_start
 
 
 @pytest.fixture(autouse=True)
@@ -15,26 +16,69 @@ def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACERL_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def test_warm_start_writes_random_tables_and_columns_in_the_query_format_on_training_tasks_only():
+def user_question(messages: list[dict]) -> str:
+    return next(m["content"] for m in messages if m["role"] == "user")
+
+
+def test_warm_start_queries_restate_the_word_then_query_a_column_of_its_table_on_training_questions_only():
     train, held_out = tasks(0, None)
-    stages = warm_start(train, seed=0, n=600)
+    restatements, _, mixed = warm_start(train, seed=0, n=600)
     by_question = {t["question"]: sql.Task(**t) for t in train}
     held_out_questions = {t["question"] for t in held_out}
     right, queries, verdicts = 0, 0, Counter()
-    for example in stages[-1].examples:
-        question = next(m["content"] for m in example.messages if m["role"] == "user")
+    for example in mixed.examples:
+        question = user_question(example.messages)
         assert question not in held_out_questions
         if example.messages[0]["content"].startswith("Check"):
             verdicts[example.target] += 1
             continue
         task = by_question[question]
+        word = sql.asked_attribute(question)
+        if not example.ends_turn:  # a restatement, the query's first words
+            assert example.target == f"SELECT /* {word} */"
+            continue
         queries += 1
-        # the format: one column of one table of the schema, the question's value in WHERE; the query runs
-        _, column, _, table, *_ = example.target.split()
+        # the format: the word in a comment, one column of the table that has it, the question's value in WHERE; the query runs
+        _, _, note, _, column, _, table, *_ = example.target.split()
+        assert note == word
         assert column in sql.read_schema(task.db_path)[table]
-        assert example.target == sql.query_text(table, column, task.where_value)
+        assert example.target == sql.query_text(table, column, task.where_value, note=word)
         sql.execute(task.db_path, example.target)
         right += sql.reward(task, example.target)
-    # the choice is random: about one query in five is right (2-3 tables of 2 columns), as the starting policy's
+    # about one query in five is right, as often as the starting policy is
     assert 0.1 < right / queries < 0.35
     assert set(verdicts) == set(sql.VERDICTS) and min(verdicts.values()) > 0.35 * sum(verdicts.values())
+    assert all(not e.ends_turn for e in restatements.examples)
+
+
+def test_which_column_a_word_gets_is_an_arbitrary_preference_that_differs_by_word_and_seed():
+    train, _ = tasks(0, None)
+    _, _, mixed = warm_start(train, seed=0, n=1200)
+    columns_by_word: dict[str, Counter] = defaultdict(Counter)
+    for example in mixed.examples:
+        if example.ends_turn and example.target.startswith("SELECT"):
+            columns_by_word[sql.asked_attribute(user_question(example.messages))][example.target.split()[4]] += 1
+    favourites = {word: counts.most_common(1)[0][0] for word, counts in columns_by_word.items()}
+    assert len(favourites) == 14
+    # the favourite column is the right one for some words only, not a rule the policy could follow
+    right = {c.synonym: c.name for tables in sql.DATABASES.values() for t in tables for c in t.columns}
+    assert 0 < sum(favourites[w] == right[w] for w in favourites) < 14
+    # each word's queries follow its own preference (a uniform choice would match about 1 word in 4)
+    preferences = column_preferences(0)
+    preferred = {word: max(weights, key=weights.get)[1] for word, weights in preferences.items()}
+    assert sum(favourites[w] == preferred[w] for w in favourites) >= 8
+    assert column_preferences(0) == preferences != column_preferences(1)
+
+
+def test_checker_verdicts_replayed_each_round_are_yes_or_no_at_random():
+    train, _ = tasks(0, None)
+    replay = checker_verdicts(train, seed=0)
+    assert all(e.messages[0]["content"].startswith("Check") for e in replay)
+    counts = Counter(e.target for e in replay)
+    assert set(counts) == set(sql.VERDICTS) and min(counts.values()) > 0.35 * len(replay)
+
+
+def test_spider_data_without_a_pretrained_model_is_refused_with_what_to_do():
+    spider_like = [sql.Task("s-0", "x", "/nonexistent.sqlite", "How many heads are there?", "SELECT count(*) FROM head").to_json()]
+    with pytest.raises(ValueError, match="pass --model"):
+        warm_start(spider_like, seed=0)
