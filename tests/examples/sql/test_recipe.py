@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from examples.sql import task as sql
-from examples.sql.recipe import checker_verdicts, column_preferences, tasks, warm_start
+from examples.sql.recipe import column_preferences, kept_format, tasks, warm_start
 
 
 @pytest.fixture(autouse=True)
@@ -70,12 +70,16 @@ def test_which_column_a_word_gets_is_an_arbitrary_preference_that_differs_by_wor
     assert column_preferences(0) == preferences != column_preferences(1)
 
 
-def test_checker_verdicts_replayed_each_round_are_yes_or_no_at_random():
+def test_replayed_each_round_restated_words_and_the_untrained_checkers_random_verdicts():
     train, _ = tasks(0, None)
-    replay = checker_verdicts(train, seed=0)
-    assert all(e.messages[0]["content"].startswith("Check") for e in replay)
-    counts = Counter(e.target for e in replay)
-    assert set(counts) == set(sql.VERDICTS) and min(counts.values()) > 0.35 * len(replay)
+    replay = kept_format(train, seed=0)
+    verdicts = [e for e in replay if e.messages[0]["content"].startswith("Check")]
+    restatements = [e for e in replay if e not in verdicts]
+    counts = Counter(e.target for e in verdicts)
+    assert set(counts) == set(sql.VERDICTS) and min(counts.values()) > 0.35 * len(verdicts)
+    assert restatements and all(
+        not e.ends_turn and e.target == f"SELECT /* {sql.asked_attribute(user_question(e.messages))} */" for e in restatements
+    )
 
 
 def test_spider_data_without_a_pretrained_model_is_refused_with_what_to_do():
