@@ -21,6 +21,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from tracerl.trainer.loop.plots import reward_axes
 from tracerl.trainer.loop.recipe import AgentRecipe
 
 # `examples.*` recipes import from the repository root, as their READMEs run them; spawned runs inherit sys.path
@@ -90,24 +91,10 @@ def per_round_table(results: list[dict], variants: list[Variant]) -> str:
 
 def plot_curves(results: list[dict], variants: list[Variant], path: Path, title: str) -> None:
     """Held-out reward per round, mean over seeds with a band from the lowest to the highest seed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
-    for v in variants:
-        runs = [r["held_out"] for r in results if r["variant"] == v.name]
-        rounds = range(len(runs[0]))
-        mean = [statistics.fmean(run[k] for run in runs) for k in rounds]
-        ax.plot(rounds, mean, marker="o", label=f"{v.name} ({len(runs)} seeds)")
-        ax.fill_between(rounds, [min(run[k] for run in runs) for k in rounds], [max(run[k] for run in runs) for k in rounds], alpha=0.15)
-    ax.set_xlabel("round (policy version)")
-    ax.set_ylabel("held-out reward (greedy)")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    with reward_axes(path, title, "held-out reward (greedy)", width=7) as ax:
+        for v in variants:
+            runs = [r["held_out"] for r in results if r["variant"] == v.name]
+            rounds = range(len(runs[0]))
+            mean = [statistics.fmean(run[k] for run in runs) for k in rounds]
+            ax.plot(rounds, mean, marker="o", label=f"{v.name} ({len(runs)} seeds)")
+            ax.fill_between(rounds, [min(run[k] for run in runs) for k in rounds], [max(run[k] for run in runs) for k in rounds], alpha=0.15)

@@ -39,6 +39,7 @@ import duckdb
 
 from tracerl.schemas import attributes as A
 from tracerl.trainer.loop.config import SERVERS, LoopConfig
+from tracerl.trainer.loop.plots import plot_reward_curve
 from tracerl.trainer.loop.recipe import AGENT_CONCURRENCY_ENV, POLICY_MODEL_NAME, AgentRecipe, Task
 from tracerl.trainer.loop.warm_start import starting_policy, supervised_samples
 from tracerl.trainer.publish import BuiltinServer, PublishTarget, VllmReload, publish
@@ -117,27 +118,6 @@ def mean_rewards_by_split(data_dir: Path) -> dict[str, float]:
         WHERE name = '{A.REWARD_SPAN_NAME}' GROUP BY split
     """
     return {split: float(value) for split, value in duckdb.sql(query).fetchall()}
-
-
-def plot_reward_curve(rows: list[dict], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rounds = [r["round"] for r in rows]
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    ax.plot(rounds, [r["train_mean_reward"] for r in rows], marker="o", label="train (sampled)")
-    ax.plot(rounds, [r["eval_mean_reward"] for r in rows], marker="s", label="held-out (greedy)")
-    ax.set_xlabel("round (policy version)")
-    ax.set_ylabel("mean episode reward")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
 
 
 def format_replay_samples(recipe: AgentRecipe, trainer: PolicyTrainer, train_tasks: list[Task], cfg: LoopConfig) -> list[Sample]:
