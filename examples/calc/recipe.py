@@ -60,6 +60,25 @@ def warm_start(train: list[Task], seed: int, n: int = 1500) -> list[WarmStartSta
     return [WarmStartStage(calls, max_epochs=8, stop_below_loss=0.0, learning_rate=3e-3)]
 
 
+def calls_begun(train: list[Task], seed: int, n: int = 256) -> list[FormatExample]:
+    """The start of a call, up to the first number: the format each round replays, not the operation.
+
+    Identical credit punishes every token of a wrong call alike, the ones that make it a call
+    included; without this replay, two of three seeds had stopped calling the calculator for
+    13-20 of 100 held-out problems by round 8 (answering a number without it, always wrong).
+    """
+    rng = random.Random(seed + 1)
+    candidates = [calc.Task(**t) for t in train if calc.word_before_second_number(t["question"])]
+    examples = []
+    for _ in range(n):
+        task = rng.choice(candidates)
+        a, b = calc.story_numbers(task.question)[:2]
+        call = tool_parser.render([tool_call(f"{a} + {b}")])
+        begun = call[: call.index(f"{a} + {b}") + len(a)]
+        examples.append(FormatExample(first_messages(task), calc.word_before_second_number(task.question) + begun, ends_turn=False))
+    return examples
+
+
 def _tokenizer_corpus() -> tuple[str, ...]:
     """The words of the stories and the tool call's text, so that each costs a token or a few."""
     numbers = [str(i) for i in range(100)]
@@ -75,6 +94,7 @@ RECIPE = AgentRecipe(
     agent_argv=(sys.executable, "-m", "examples.calc.agent"),
     tasks=tasks,
     warm_start=warm_start,
+    format_replay=calls_begun,
     tokenizer_corpus=_tokenizer_corpus(),
     version=7,
     defaults=LoopConfig(out=Path("runs/calc"), rounds=8, tasks_per_round=32, group_size=4, eval_tasks=100, train=TrainConfig()),

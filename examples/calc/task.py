@@ -1,8 +1,8 @@
 """The calculator agent's tasks: word problems whose answer needs the right expression.
 
 Each locally made problem names two numbers and one phrase, and the phrase decides the
-operation: ``Ann has 7 pens and buys 3 more.`` needs ``7 + 3``, ``... and sells 3.``
-needs ``7 - 3``; three phrases per operation, so what reinforcement learning must teach
+operation: ``Ann has 21 pens and buys 3 more.`` needs ``21 + 3``, ``... and sells 3.``
+needs ``21 - 3``; three phrases per operation, so what reinforcement learning must teach
 is the phrase -> operation mapping (nothing in the prompt spells it out), while the
 numbers are copied from the text. A model that picks the operation at random and
 copies the numbers is right one time in four.
