@@ -4,6 +4,7 @@ only the true result earns the reward, and Calc-X files are read as the data set
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,17 @@ def test_held_out_problems_never_share_operation_and_numbers_with_training():
     key = lambda t: (operation_of(t.question), *calc.story_numbers(t.question))
     assert not {key(t) for t in train} & {key(t) for t in held_out}
     assert calc.local_tasks(seed=3) == (train, held_out)  # seeded
+
+
+def test_the_numbers_say_nothing_about_the_operation_and_quotients_are_hard_to_guess():
+    train, held_out = calc.local_tasks(seed=0)
+    pairs: dict[str, set] = {op: set() for op in calc.PHRASES}
+    for t in train + held_out:
+        pairs[operation_of(t.question)].add(tuple(int(n) for n in calc.story_numbers(t.question)))
+    pool = set(calc.number_pairs())
+    assert all(seen <= pool and len(seen) > 0.9 * len(pool) for seen in pairs.values())  # one pool for every operation
+    quotients = Counter(t.result for t in train + held_out if operation_of(t.question) == "/")
+    assert set(quotients) == {str(q) for q in range(2, 10)} and max(quotients.values()) < 0.2 * sum(quotients.values())
 
 
 def test_the_calculator_evaluates_arithmetic_exactly_and_refuses_anything_else():
