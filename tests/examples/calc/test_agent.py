@@ -43,7 +43,7 @@ def scripted_model(tmp_path_factory) -> Path:
         for task in train[:600]
     ]
     trainer = PolicyTrainer(path, TrainConfig(learning_rate=3e-3, minibatch_size=32, seed=0))
-    trainer.train(supervised_samples(trainer.tokenizer, examples), epochs=4)
+    trainer.train(supervised_samples(trainer.tokenizer, examples), epochs=6)
     return trainer.save(path)
 
 
