@@ -17,6 +17,7 @@ from wrapt import register_post_import_hook
 
 from tracerl.instrumentation import httpx_hook
 from tracerl.instrumentation.processor import add_agent_name_resolver
+from tracerl.instrumentation.settings import SDK_DEFAULT, settings
 
 logger = logging.getLogger(__name__)
 _installed = False
@@ -76,6 +77,9 @@ def _hook_openai_agents(module) -> None:
 
     # replaces the default processor, which uploads traces to OpenAI
     module.set_trace_processors([OTelTraceProcessor()])
+    api = settings().openai_agents_api
+    if api != SDK_DEFAULT:  # the SDK's default is the Responses API, which capture cannot read tokens from
+        module.set_default_openai_api(api)
     provider_module = importlib.import_module("agents.tracing.provider")
     if not keep_tracing_for_tracerl(getattr(provider_module, "DefaultTraceProvider", object)):
         capture_stats.STATS.add_note(TRACING_LOST.format(version=getattr(module, "__version__", "?")))

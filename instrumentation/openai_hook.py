@@ -30,12 +30,18 @@ from tracerl.instrumentation.answer_stream import SSERewriter, StreamTokens
 from tracerl.instrumentation.call_failure import CallFailure
 from tracerl.instrumentation.call_tokens import Tokens
 from tracerl.instrumentation.processor import agent_name, is_llm_span, llm_request_captured, llm_span_chain
-from tracerl.instrumentation.request_plan import Plan, endpoint_kind, plan_request
-from tracerl.instrumentation.settings import settings
+from tracerl.instrumentation.request_plan import RESPONSES_PATH, Plan, endpoint_kind, plan_request
+from tracerl.instrumentation.settings import OPENAI_AGENTS_API_ENV, settings
 from tracerl.instrumentation.token_attributes import record, token_attributes
 from tracerl.schemas import attributes as A
 
 PLAN_EXTENSION = "tracerl.plan"
+RESPONSES_NOT_CAPTURED = (
+    "calls to the OpenAI Responses API (POST .../responses) are not captured: no LLM-call span, no token ids, "
+    "nothing to train on. The OpenAI Agents SDK uses it by default: set "
+    f"{OPENAI_AGENTS_API_ENV}=chat_completions to make it send Chat Completions, which tracerl captures "
+    "(vLLM and `tracerl serve` serve them)"
+)
 _installed = False
 
 
@@ -64,8 +70,11 @@ def _build_request(wrapped, instance, args, kwargs):
     if not is_instrumentation_enabled():  # inside OTel's suppress_instrumentation(): record nothing
         return wrapped(*args, **kwargs)
     options = args[0] if args else kwargs["options"]
-    kind = endpoint_kind(str(options.url)) if str(options.method).lower() == "post" else None
+    post = str(options.method).lower() == "post"
+    kind = endpoint_kind(str(options.url)) if post else None
     body = options.json_data
+    if kind is None and post and str(options.url).endswith(RESPONSES_PATH):
+        capture_stats.STATS.add_note(RESPONSES_NOT_CAPTURED)
     if kind is None or not isinstance(body, dict) or options.files:
         return wrapped(*args, **kwargs)
     if options.extra_json:

@@ -18,6 +18,7 @@ from tracerl.schemas import attributes as A
 
 CHAT_PATH = "/chat/completions"
 COMPLETIONS_PATH = "/completions"
+RESPONSES_PATH = "/responses"  # the Responses API: not captured (see openai_hook.RESPONSES_NOT_CAPTURED)
 
 
 def endpoint_kind(path: str) -> str | None:

@@ -27,6 +27,10 @@ AGENT_NAME_ENV = "TRACERL_AGENT_NAME"
 # (richer attributes, about 5 ms of CPU per sync call: measured in benchmarks/).
 LLM_SPANS_ENV = "TRACERL_LLM_SPANS"  # tracerl | openllmetry
 RUN_SUMMARY_ENV = "TRACERL_RUN_SUMMARY"  # set by `tracerl run`: print the counts at exit
+# chat_completions: the OpenAI Agents SDK sends Chat Completions (captured) instead of its
+# default, the Responses API (not captured); unset: the SDK's own default is left alone
+OPENAI_AGENTS_API_ENV = "TRACERL_OPENAI_AGENTS_API"
+SDK_DEFAULT = "sdk"
 
 #: How often (ms) the batch span processor in front of tracerl's Parquet exporter hands
 #: spans over (``OTEL_BSP_SCHEDULE_DELAY``; the SDK's default is 5000). Measured in steady
@@ -106,6 +110,7 @@ class Settings:
     split: str | None
     agent_name: str | None
     llm_spans: str
+    openai_agents_api: str  # sdk (its own default, left alone) | chat_completions | responses
 
     @property
     def spans_dir(self) -> Path:
@@ -148,4 +153,5 @@ def settings() -> Settings:
         split=env(SPLIT_ENV) or None,
         agent_name=env(AGENT_NAME_ENV) or None,
         llm_spans=_choice(LLM_SPANS_ENV, "tracerl", ("tracerl", "openllmetry")),
+        openai_agents_api=_choice(OPENAI_AGENTS_API_ENV, SDK_DEFAULT, (SDK_DEFAULT, "chat_completions", "responses")),
     )

@@ -120,6 +120,44 @@ def test_openai_agents_sdk_agent_names_and_no_upload_to_openai(captured, server)
     assert "handoff triage -> solver" in names
 
 
+# The SDK's own examples/basic/hello_world.py as its users copy it: the default model and the
+# default API (Responses), the endpoint from OPENAI_BASE_URL
+AGENTS_SDK_HELLO_WORLD = """
+    import asyncio
+
+    from agents import Agent, Runner
+
+
+    async def main():
+        agent = Agent(
+            name="Assistant",
+            instructions="You only respond in haikus.",
+        )
+
+        result = await Runner.run(agent, "Tell me about recursion in programming.")
+        print(result.final_output)
+
+
+    if __name__ == "__main__":
+        asyncio.run(main())
+"""
+
+
+def test_an_unchanged_agents_sdk_example_is_captured_when_capture_switches_it_to_chat_completions(captured, server):
+    pytest.importorskip("agents")
+    done = captured.tracerl_run(AGENTS_SDK_HELLO_WORLD, "--episode-id", "ep-hello", TRACERL_OPENAI_AGENTS_API="chat_completions")
+    assert done.returncode == 0, done.stderr[-3000:]
+    check_calls(captured, server, ["Assistant"], "ep-hello")
+
+
+def test_an_agents_sdk_example_on_the_responses_api_is_named_as_not_captured_with_the_switch_to_set(captured, server):
+    pytest.importorskip("agents")
+    done = captured.tracerl_run(AGENTS_SDK_HELLO_WORLD, "--episode-id", "ep-hello")
+    assert captured.llm_calls() == [] and not server.calls
+    assert "OpenAI Responses API (POST .../responses) are not captured" in done.stderr
+    assert "TRACERL_OPENAI_AGENTS_API=chat_completions" in done.stderr
+
+
 @pytest.mark.parametrize("switch_off", ["set_tracing_disabled(True)", "os.environ['OPENAI_AGENTS_DISABLE_TRACING'] = '1'"])
 def test_agents_sdk_tracing_switched_off_keeps_agent_names_and_tool_spans(captured, server, switch_off):
     pytest.importorskip("agents")

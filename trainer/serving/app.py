@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tracerl.instrumentation.settings import OPENAI_AGENTS_API_ENV
 from tracerl.schemas import attributes as A
 from tracerl.trainer.serving.config import EngineConfig
 from tracerl.trainer.serving.engine import (
@@ -246,6 +247,9 @@ def _sse(chunks: AsyncIterator[dict], handle: GenerationHandle, version: int) ->
     return StreamingResponse(lines(), media_type="text/event-stream", headers={A.POLICY_VERSION_HEADER: str(version)})
 
 
+SERVED_ROUTES = "POST /v1/chat/completions, POST /v1/completions and GET /v1/models"
+
+
 async def _request_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestError)
     return JSONResponse(exc.body(), status_code=exc.status)
@@ -255,6 +259,13 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     error_type = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
     message = f"{request.method} {request.url.path}: {exc.detail}"
+    if exc.status_code == 404:
+        message += f"; this server serves {SERVED_ROUTES}"
+        if request.url.path.endswith("/responses"):
+            message += (
+                ", not the Responses API. The OpenAI Agents SDK uses it by default: run the agent with "
+                f"{OPENAI_AGENTS_API_ENV}=chat_completions (tracerl's capture switches the SDK to Chat Completions)"
+            )
     return JSONResponse({"error": {"message": message, "type": error_type, "param": None, "code": None}}, status_code=exc.status_code)
 
 

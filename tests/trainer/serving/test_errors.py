@@ -73,10 +73,19 @@ def test_body_must_be_a_json_object(server, raw):
     assert response.json()["error"]["message"].startswith(("the request body is not valid JSON", "the request body must be"))
 
 
-def test_unknown_route_is_a_json_404(server):
+def test_unknown_route_is_a_json_404_that_names_the_routes_served(server):
     response = httpx.get(f"{server.base_url}/nothing-here")
     assert response.status_code == 404
-    assert "/v1/nothing-here" in response.json()["error"]["message"]
+    message = response.json()["error"]["message"]
+    assert "/v1/nothing-here" in message and "POST /v1/chat/completions" in message
+
+
+def test_the_responses_api_404_says_how_the_agents_sdk_gets_chat_completions(server):
+    """The OpenAI Agents SDK calls /v1/responses by default; its user learns the switch from the error."""
+    client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    with pytest.raises(openai.NotFoundError) as info:
+        client.responses.create(model="m", input="hi")
+    assert "TRACERL_OPENAI_AGENTS_API=chat_completions" in str(info.value)
 
 
 def test_openai_client_raises_bad_request_with_the_message(server):
