@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tracerl.instrumentation.privacy import TRUNCATED_MARK, ContentPolicy
-from tracerl.instrumentation.settings import Settings, SettingsError
+from tracerl.instrumentation.settings import SDK_DEFAULT, Settings, SettingsError
 from tracerl.schemas import attributes as A
 
 API_KEY = "sk-test-SECRETKEY0123456789abcdef"  # the key the conftest gives every agent
@@ -54,7 +54,8 @@ def test_content_capture_can_be_switched_off(captured):
 
 def settings_with(**changes) -> Settings:
     base = dict(data_dir=Path("."), token_encoding="array", token_capture="auto", capture_content=True,
-                max_content_chars=100, redact=None, episode_id=None, task_id=None, split=None, agent_name=None, llm_spans="tracerl")
+                max_content_chars=100, redact=None, episode_id=None, task_id=None, split=None, agent_name=None, llm_spans="tracerl",
+                openai_agents_api=SDK_DEFAULT)
     return Settings(**{**base, **changes})
 
 
