@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from examples.calc import task as calc
@@ -38,6 +39,18 @@ def first_messages(task: calc.Task) -> list[dict]:
     ]
 
 
+def drawn_problems(train: list[Task], rng: random.Random, n: int) -> Iterator[tuple[calc.Task, str, str, str]]:
+    """``n`` training problems drawn with ``rng``: each with its two numbers and the word restated before its call.
+
+    A generator, so a caller's own draws (the operator) interleave with these as they are made.
+    """
+    candidates = [calc.Task(**t) for t in train if calc.word_before_second_number(t["question"])]
+    for _ in range(n):
+        task = rng.choice(candidates)
+        a, b = calc.story_numbers(task.question)[:2]
+        yield task, a, b, calc.word_before_second_number(task.question)
+
+
 def warm_start(train: list[Task], seed: int, n: int = 1500) -> list[WarmStartStage]:
     """Teach the format, not the task: restate a word, then call the calculator on the story's two numbers with a random operation.
 
@@ -48,13 +61,10 @@ def warm_start(train: list[Task], seed: int, n: int = 1500) -> list[WarmStartSta
     draws the operator at random, so what it should be is left to reinforcement learning.
     """
     rng = random.Random(seed)
-    candidates = [calc.Task(**t) for t in train if calc.word_before_second_number(t["question"])]
     calls = []
-    for _ in range(n):
-        task = rng.choice(candidates)
-        a, b = calc.story_numbers(task.question)[:2]
+    for task, a, b, word in drawn_problems(train, rng, n):
         call = tool_parser.render([tool_call(f"{a} {rng.choice(OPERATIONS)} {b}")])
-        calls.append(FormatExample(first_messages(task), calc.word_before_second_number(task.question) + call))
+        calls.append(FormatExample(first_messages(task), word + call))
     # 8 epochs at 3e-3 (loss 0.051, the floor ln(4) / 27 of the random operator): at the loop's
     # 1e-3 in 8 epochs, or stopped at the floor after 4, the format broke under RL
     return [WarmStartStage(calls, max_epochs=8, stop_below_loss=0.0, learning_rate=3e-3)]
@@ -67,15 +77,11 @@ def calls_begun(train: list[Task], seed: int, n: int = 256) -> list[FormatExampl
     included; without this replay, two of three seeds had stopped calling the calculator for
     13-20 of 100 held-out problems by round 8 (answering a number without it, always wrong).
     """
-    rng = random.Random(seed + 1)
-    candidates = [calc.Task(**t) for t in train if calc.word_before_second_number(t["question"])]
     examples = []
-    for _ in range(n):
-        task = rng.choice(candidates)
-        a, b = calc.story_numbers(task.question)[:2]
+    for task, a, b, word in drawn_problems(train, random.Random(seed + 1), n):
         call = tool_parser.render([tool_call(f"{a} + {b}")])
         begun = call[: call.index(f"{a} + {b}") + len(a)]
-        examples.append(FormatExample(first_messages(task), calc.word_before_second_number(task.question) + begun, ends_turn=False))
+        examples.append(FormatExample(first_messages(task), word + begun, ends_turn=False))
     return examples
 
 
