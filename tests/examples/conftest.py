@@ -20,6 +20,24 @@ def shared_policy_cache(tmp_path_factory):
         yield path
 
 
+@pytest.fixture(scope="session")
+def teach_tiny_model(tmp_path_factory) -> Callable[..., Path]:
+    """``teach_tiny_model(recipe, examples, epochs)``: a tiny model with the recipe's tokenizer, taught
+    ``examples`` (supervised, on the agent's own prompts), so a test knows what its agent will do."""
+    from tracerl.trainer.loop.warm_start import supervised_samples
+    from tracerl.trainer.tiny_model import build_tiny_model
+    from tracerl.trainer.training.config import TrainConfig
+    from tracerl.trainer.training.torch_backend import PolicyTrainer
+
+    def teach(recipe, examples: list, epochs: int) -> Path:
+        path = build_tiny_model(tmp_path_factory.mktemp("model") / "policy", seed=0, corpus=recipe.tokenizer_corpus)
+        trainer = PolicyTrainer(path, TrainConfig(learning_rate=3e-3, minibatch_size=32, seed=0))
+        trainer.train(supervised_samples(trainer.tokenizer, examples), epochs=epochs)
+        return trainer.save(path)
+
+    return teach
+
+
 @pytest.fixture
 def run_example_notebook() -> Callable[[str], tuple[list[dict], str]]:
     """``run_example_notebook("sql")`` executes ``examples/sql/notebook.ipynb`` top to bottom and returns

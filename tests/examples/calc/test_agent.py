@@ -20,7 +20,6 @@ from tracerl.trainer.loop.loop import run_loop
 from tracerl.trainer.loop.recipe import FormatExample
 from tracerl.trainer.loop.warm_start import supervised_samples
 from tracerl.trainer.serving import tool_parser
-from tracerl.trainer.tiny_model import build_tiny_model
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import read_dataset
 from tracerl.trainer.training.torch_backend import PolicyTrainer
@@ -33,18 +32,15 @@ GOOD_HEROES = ("Ann", "Ben", "Cara")
 
 
 @pytest.fixture(scope="module")
-def scripted_model(tmp_path_factory) -> Path:
+def scripted_model(teach_tiny_model) -> Path:
     """A tiny model taught (supervised, on the agent's own prompts) one call per story: ``GOOD``
     when the story's hero is Ann, Ben or Cara, ``REFUSED`` otherwise."""
-    path = build_tiny_model(tmp_path_factory.mktemp("model") / "policy", seed=0, corpus=RECIPE.tokenizer_corpus)
     train, _ = calc.local_tasks(seed=0)
     examples = [
         FormatExample(calc_recipe.first_messages(task), tool_parser.render([calc_recipe.tool_call(GOOD if task.question.split()[0] in GOOD_HEROES else REFUSED)]))
         for task in train[:600]
     ]
-    trainer = PolicyTrainer(path, TrainConfig(learning_rate=3e-3, minibatch_size=32, seed=0))
-    trainer.train(supervised_samples(trainer.tokenizer, examples), epochs=6)
-    return trainer.save(path)
+    return teach_tiny_model(RECIPE, examples, epochs=6)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ from tracerl.trainer.loop.loop import run_loop
 from tracerl.trainer.loop.recipe import FormatExample
 from tracerl.trainer.loop.warm_start import supervised_samples
 from tracerl.trainer.serving import tool_parser
-from tracerl.trainer.tiny_model import build_tiny_model
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import read_dataset
 from tracerl.trainer.training.torch_backend import PolicyTrainer
@@ -42,15 +41,12 @@ def right_episode(task: dict, corpus) -> list[FormatExample]:
 
 
 @pytest.fixture(scope="module")
-def searching_model(shared_policy_cache, tmp_path_factory) -> Path:
+def searching_model(teach_tiny_model) -> Path:
     """A tiny model taught (supervised) the right searches for the training tasks, so episodes make several calls."""
-    path = build_tiny_model(tmp_path_factory.mktemp("model") / "policy", seed=0, corpus=RECIPE.tokenizer_corpus)
     train, _ = rag.all_tasks(seed=0)
     corpus = rag.open_corpus(train[0]["corpus"])
     examples = [example for task in train for example in right_episode(task, corpus)]
-    trainer = PolicyTrainer(path, TrainConfig(learning_rate=3e-3, minibatch_size=32, seed=0))
-    trainer.train(supervised_samples(trainer.tokenizer, examples), epochs=8)  # the format is learned by then (loss ~0.25)
-    return trainer.save(path)
+    return teach_tiny_model(RECIPE, examples, epochs=8)  # the format is learned by then (loss ~0.25)
 
 
 @pytest.fixture(scope="module")

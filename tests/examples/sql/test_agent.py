@@ -17,7 +17,6 @@ from tracerl.trainer.loop.config import LoopConfig
 from tracerl.trainer.loop.loop import run_loop
 from tracerl.trainer.loop.recipe import FormatExample
 from tracerl.trainer.loop.warm_start import supervised_samples
-from tracerl.trainer.tiny_model import build_tiny_model
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import read_dataset
 from tracerl.trainer.training.torch_backend import PolicyTrainer
@@ -27,10 +26,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.frameworks]
 
 
 @pytest.fixture(scope="module")
-def rejecting_model(shared_policy_cache, tmp_path_factory) -> Path:
+def rejecting_model(teach_tiny_model) -> Path:
     """A tiny model taught (supervised, on the agent's own prompts) to write queries and to
     answer every check with "no", so each episode runs writer, checker and rewriter."""
-    path = build_tiny_model(tmp_path_factory.mktemp("model") / "policy", seed=0, corpus=RECIPE.tokenizer_corpus)
     train, _ = sql.all_tasks(seed=0)
     examples = []
     for task in train:
@@ -41,9 +39,7 @@ def rejecting_model(shared_policy_cache, tmp_path_factory) -> Path:
             FormatExample(sql.checker_messages(task.question, schema, task.gold, result), "no"),
             FormatExample(sql.rewriter_messages(task.question, schema, task.gold, result), task.gold),
         ]
-    trainer = PolicyTrainer(path, TrainConfig(learning_rate=3e-3, minibatch_size=32, seed=0))
-    trainer.train(supervised_samples(trainer.tokenizer, examples), epochs=4)
-    return trainer.save(path)
+    return teach_tiny_model(RECIPE, examples, epochs=4)
 
 
 @pytest.fixture(scope="module")
