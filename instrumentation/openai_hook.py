@@ -70,10 +70,10 @@ def _build_request(wrapped, instance, args, kwargs):
     if not is_instrumentation_enabled():  # inside OTel's suppress_instrumentation(): record nothing
         return wrapped(*args, **kwargs)
     options = args[0] if args else kwargs["options"]
-    post = str(options.method).lower() == "post"
-    kind = endpoint_kind(str(options.url)) if post else None
+    post, url = str(options.method).lower() == "post", str(options.url)
+    kind = endpoint_kind(url) if post else None
     body = options.json_data
-    if kind is None and post and str(options.url).endswith(RESPONSES_PATH):
+    if kind is None and post and url.endswith(RESPONSES_PATH):
         capture_stats.STATS.add_note(RESPONSES_NOT_CAPTURED)
     if kind is None or not isinstance(body, dict) or options.files:
         return wrapped(*args, **kwargs)
