@@ -1,52 +1,242 @@
-"""What a training backend is to its callers (the train CLI, the demo, scheduled rounds).
+"""What a training backend is to its callers, and the round of steps every backend takes.
 
-The torch backend (:mod:`~tracerl.trainer.training.torch_backend`) is the CPU default;
-another backend takes the same :class:`~tracerl.trainer.training.config.TrainConfig`,
-the same samples, and reports the same metrics, so callers never ask which one runs.
+A backend holds a policy and its optimizer across rounds. The torch backend
+(:mod:`~tracerl.trainer.training.torch_backend`) runs one process with plain torch; the
+OpenRLHF backend (:mod:`~tracerl.trainer.training.openrlhf_backend`) the same steps on
+OpenRLHF's model loading and DeepSpeed's ZeRO, on one or many processes. Both inherit
+:class:`PolicyGradientTrainer`, so they share everything that defines *what* is learned:
+the sample order and layout (:mod:`batch`), the log-probs (:mod:`logprobs`), the objective
+(:mod:`objective`) and the metrics. A backend only says how to run a forward pass, a backward
+pass and an optimizer step, and how to save. :func:`load_trainer` is the one way callers
+(``tracerl train``, scheduled rounds, the local loop) get one.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
 
-from tracerl.trainer.training.config import TrainConfig
+import torch
+
+from tracerl.trainer.training.batch import collate, minibatch_order, response_span, served_logprob_gap
+from tracerl.trainer.training.config import OpenRLHFOptions, TrainConfig, default_learning_rate
 from tracerl.trainer.training.dataset import Sample
+from tracerl.trainer.training.device import peak_memory_bytes
+from tracerl.trainer.training.logprobs import token_logprobs
+from tracerl.trainer.training.objective import ObjectiveSums, policy_loss
 
 
 @dataclass
 class TrainMetrics:
     samples: int = 0
-    tokens: int = 0  # action tokens trained on
+    tokens: int = 0  # action tokens trained on (over all epochs and processes)
     steps: int = 0  # optimizer steps
     loss: float = 0.0  # mean over steps
-    # share of action tokens where the clip binds: the ratio is past 1 + eps with a positive
-    # advantage or below 1 - eps with a negative one (OpenRLHF's clip_ratio, same meaning)
+    # share of policy tokens where PPO's clip binds (OpenRLHF's clip_ratio, same meaning)
     clip_fraction: float = 0.0
-    approx_kl: float = 0.0  # mean of (old log-prob - current log-prob) over action tokens
-    missing_logprobs: int = 0  # samples without served log-probs (trained with ratio 1)
+    approx_kl: float = 0.0  # mean of (round-start log-prob - current log-prob) over policy tokens
+    is_filtered_fraction: float = 0.0  # policy tokens dropped because trainer and sampler disagree (objective.py)
+    entropy: float = 0.0  # mean entropy of the policy at the action tokens, as it trained
+    missing_logprobs: int = 0  # samples without served log-probs (weight 1 against the trainer's own)
     # mean |trainer log-prob - served log-prob| before the update; ~0 when the endpoint
     # serves exactly the weights being trained (None: no served log-probs)
     served_logprob_gap: float | None = None
+    reference_kl: float | None = None  # openrlhf with a reference model: k3 KL to it
+    learning_rate: float = 0.0
+    micro_batch_size: int = 0
+    world_size: int = 1
+    peak_memory_bytes: int = 0  # CUDA max allocated, else the process's peak RSS
+    seconds: float = 0.0  # training, log-probs of the round's start included
+    tokens_per_second: float = 0.0  # all tokens (prompt and response) through forward and backward, per second
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-class TrainingBackend(Protocol):
-    """Holds a policy and its optimizer across rounds."""
+class PolicyGradientTrainer(ABC):
+    """The steps of a round over a batch of samples; subclasses supply the model and the mechanics."""
 
     config: TrainConfig
+    tokenizer: object
+    pad_id: int
+    device: torch.device
+    rank: int = 0
+    world_size: int = 1
+
+    def _init_order(self) -> None:
+        self._generator = torch.Generator().manual_seed(self.config.seed)
+
+    @property
+    def learning_rate(self) -> float:
+        return default_learning_rate(self.config)
+
+    @property
+    def micro_batch_size(self) -> int:
+        share = -(-self.config.minibatch_size // self.world_size)
+        return min(self.config.micro_batch_size or share, share)
+
+    # --- what a backend supplies -------------------------------------------------------
+    @property
+    @abstractmethod
+    def policy(self) -> torch.nn.Module:
+        """The module whose forward gives the policy's logits (log-probs come from :func:`token_logprobs`)."""
+
+    @abstractmethod
+    def _set_training(self, training: bool) -> None: ...
+
+    @abstractmethod
+    def _backward(self, loss: torch.Tensor) -> None:
+        """Accumulate ``loss``'s gradients (no step)."""
+
+    @abstractmethod
+    def _optimizer_step(self) -> None:
+        """Clip the accumulated gradients, step, and zero them."""
+
+    def _all_reduce(self, values: torch.Tensor) -> torch.Tensor:
+        """Sum over processes (one process: as is)."""
+        return values
+
+    def _extra_loss(self, data: dict[str, torch.Tensor], logprobs: torch.Tensor, minibatch_samples: int) -> tuple[torch.Tensor, float] | None:
+        """A term added to the objective (the OpenRLHF backend's reference KL) and its value; None: none."""
+        return None
+
+    def _autocast(self):
+        from contextlib import nullcontext
+
+        return nullcontext()
+
+    @abstractmethod
+    def save(self, out_dir: str | os.PathLike, manifest: dict | None = None, *, optimizer_state: bool = False) -> Path:
+        """Write a Hugging Face checkpoint (or LoRA adapter) and its manifest atomically; return its folder.
+
+        ``optimizer_state``: also what resuming the optimizer in another process needs (only
+        ``tracerl train``'s one-pass-per-process use asks for it; it doubles a checkpoint's size or more).
+        """
+
+    # --- shared ----------------------------------------------------------------------
+    def _logprobs(self, data: dict[str, torch.Tensor], with_entropy: bool = False, model: torch.nn.Module | None = None):
+        with self._autocast():
+            return token_logprobs(model or self.policy, data["ids"], data["attention"], chunk=self.config.logprob_chunk, with_entropy=with_entropy)
+
+    def _micro_batches(self, samples: Sequence[Sample]) -> Iterator[tuple[int, Sequence[Sample]]]:
+        size = self.micro_batch_size
+        for start in range(0, len(samples), size):
+            yield start, samples[start : start + size]
+
+    def _to_device(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {key: value.to(self.device) for key, value in data.items()}
+
+    def action_logprobs(self, samples: Sequence[Sample], model: torch.nn.Module | None = None) -> list[list[float]]:
+        """Each sample's response-token log-probs under the current weights (or ``model``'s), in micro-batches."""
+        out: list[list[float]] = []
+        with torch.no_grad():
+            for _, chunk in self._micro_batches(samples):
+                logprobs = self._logprobs(self._to_device(collate(chunk, self.pad_id)), model=model).float().cpu()
+                out.extend(logprobs[row, slice(*response_span(s))].tolist() for row, s in enumerate(chunk))
+        return out
 
     def train(
         self, samples: Sequence[Sample], *, epochs: int | None = None, progress: Callable[[int, int], None] | None = None
     ) -> TrainMetrics:
-        """Steps over ``samples`` (``progress(done, total)`` after each)."""
-        ...
+        """Clipped policy-gradient steps (NLL for ``target_only`` rows) over ``samples``; see objective.py."""
+        cfg = self.config
+        epochs = cfg.epochs if epochs is None else epochs
+        began = time.perf_counter()
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self._set_training(False)
+        start_logprobs = self.action_logprobs(samples)  # the proximal policy PPO clips against
+        self._set_training(True)
+        metrics = TrainMetrics(
+            samples=len(samples), missing_logprobs=sum(s.response_logprobs is None for s in samples),
+            served_logprob_gap=served_logprob_gap(samples, start_logprobs), learning_rate=self.learning_rate,
+            micro_batch_size=self.micro_batch_size, world_size=self.world_size,
+        )
+        total_steps = epochs * -(-len(samples) // cfg.minibatch_size)
+        step_means: dict[str, float] = dict.fromkeys(("loss", "clip", "kl", "filtered", "entropy", "reference_kl"), 0.0)
+        seen_tokens = 0
+        for _ in range(epochs):
+            for indices in minibatch_order(len(samples), cfg.minibatch_size, self._generator):
+                if len(indices) < self.world_size:  # a tail too short to give every process a sample
+                    continue
+                mine = indices[self.rank :: self.world_size]
+                sums, loss_sum, reference_sum, processed = self._accumulate([samples[i] for i in mine], [start_logprobs[i] for i in mine], len(indices))
+                self._optimizer_step()
+                reduced = self._all_reduce(torch.cat([sums.as_tensor(self.device), torch.tensor([loss_sum, reference_sum, processed], dtype=torch.float64, device=self.device)]))
+                sums = ObjectiveSums.from_tensor(reduced[:-3])
+                loss_sum, reference_sum, processed = (float(v) for v in reduced[-3:])
+                metrics.steps += 1
+                metrics.tokens += int(sums.tokens)
+                seen_tokens += int(processed)
+                policy_tokens = max(sums.policy_tokens, 1.0)
+                step_means["loss"] += loss_sum / self.world_size
+                step_means["clip"] += sums.clipped / policy_tokens
+                step_means["kl"] += sums.kl / policy_tokens
+                step_means["filtered"] += sums.filtered / policy_tokens
+                step_means["entropy"] += sums.entropy / max(sums.tokens, 1.0)
+                step_means["reference_kl"] += reference_sum / self.world_size
+                if progress:
+                    progress(metrics.steps, total_steps)
+        if metrics.steps:
+            n = metrics.steps
+            metrics.loss, metrics.clip_fraction, metrics.approx_kl = step_means["loss"] / n, step_means["clip"] / n, step_means["kl"] / n
+            metrics.is_filtered_fraction, metrics.entropy = step_means["filtered"] / n, step_means["entropy"] / n
+            if self._extra_loss_enabled:
+                metrics.reference_kl = step_means["reference_kl"] / n
+        metrics.seconds = round(time.perf_counter() - began, 3)
+        metrics.tokens_per_second = round(seen_tokens / metrics.seconds, 1) if metrics.seconds else 0.0
+        metrics.peak_memory_bytes = peak_memory_bytes(self.device)
+        return metrics
 
-    def save(self, out_dir: str | os.PathLike, manifest: dict | None = None) -> Path:
-        """Write a Hugging Face checkpoint and its manifest (via ``checkpoint_folder``); return its folder."""
-        ...
+    _extra_loss_enabled = False
+
+    def _accumulate(self, batch: list[Sample], start: list[list[float]], minibatch_samples: int) -> tuple[ObjectiveSums, float, float, int]:
+        """Forward and backward over ``batch`` in micro-batches; gradients add up to the minibatch's."""
+        from dataclasses import replace
+
+        cfg = self.config
+        sums, loss_sum, reference_sum, processed = ObjectiveSums(), 0.0, 0.0, 0
+        for offset, micro in self._micro_batches(batch):
+            data = self._to_device(collate(micro, self.pad_id))
+            old = self._to_device(collate([replace(s, response_logprobs=lp) for s, lp in zip(micro, start[offset : offset + len(micro)])], self.pad_id))["served_logprobs"]
+            rollout = torch.where(data["has_served"].unsqueeze(1), data["served_logprobs"], old)
+            logprobs, entropy = self._logprobs(data, with_entropy=True)
+            advantages = torch.tensor([s.advantage for s in micro], device=self.device, dtype=torch.float32)
+            supervised = torch.tensor([s.target_only for s in micro], device=self.device)
+            loss, micro_sums = policy_loss(
+                logprobs, old, rollout, advantages, data["action_mask"], supervised, clip_epsilon=cfg.clip_epsilon,
+                is_bounds=tuple(cfg.is_bounds), minibatch_samples=minibatch_samples, world_size=self.world_size, entropy=entropy.detach(),
+            )
+            extra = self._extra_loss(data, logprobs, minibatch_samples)
+            if extra is not None:
+                loss = loss + extra[0]
+                reference_sum += extra[1]
+            self._backward(loss)
+            sums.add(micro_sums)
+            loss_sum += float(loss.detach())
+            processed += int(data["attention"].sum())
+        return sums, loss_sum, reference_sum, processed
+
+
+def load_trainer(
+    backend: str, model_path: str | os.PathLike, config: TrainConfig | None = None, options: OpenRLHFOptions | None = None
+) -> PolicyGradientTrainer:
+    """The trainer of ``backend`` ("torch" or "openrlhf") on ``model_path``: every caller gets one here."""
+    config = config or TrainConfig()
+    if backend == "openrlhf":
+        from tracerl.trainer.training.openrlhf_backend import OpenRLHFTrainer
+
+        return OpenRLHFTrainer(model_path, config, options or OpenRLHFOptions())
+    if backend == "torch":
+        if options is not None and (options.reference_model or options.zero_stage != OpenRLHFOptions.zero_stage):
+            raise ValueError("--ref-model and --zero-stage are options of --backend openrlhf")
+        from tracerl.trainer.training.torch_backend import PolicyTrainer
+
+        return PolicyTrainer(model_path, config)
+    from tracerl.trainer.training.config import BACKENDS
+
+    raise ValueError(f"unknown backend {backend!r}: use {' or '.join(BACKENDS)}")

@@ -1,43 +1,62 @@
-"""What one training pass does; the train CLI and the demo take their defaults from here.
+"""What one training pass does; every entry point takes its options and defaults from here.
 
-Kept free of torch so that ``tracerl --help`` and option parsing stay fast. Every
-backend reads the same fields with the same meaning.
+``tracerl train``, ``tracerl train run``/``loop``, ``tracerl demo`` and the examples build a
+:class:`TrainConfig` (and, for ``--backend openrlhf``, :class:`OpenRLHFOptions`) through the
+same command-line options (:mod:`~tracerl.trainer.training.options`). Kept free of torch so
+that ``tracerl --help`` and option parsing stay fast. Every backend reads the same fields
+with the same meaning.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+# `--backend`: the first is the default
+BACKENDS = ("torch", "openrlhf")
+
+# Learning rates when none is given, by what is trained: full weights of a real model take
+# small steps (the range RL fine-tuning of 0.5-7B instruct models uses); a LoRA adapter's
+# low-rank update needs about ten times more for the same change.
+FULL_WEIGHTS_LEARNING_RATE = 1e-6
+LORA_LEARNING_RATE = 1e-5
+
 
 @dataclass
 class TrainConfig:
-    learning_rate: float = 1e-3
+    learning_rate: float | None = None  # None: by what is trained (see default_learning_rate)
     epochs: int = 2  # passes over one round's batch (PPO reuse)
-    minibatch_size: int = 64
-    clip_epsilon: float = 0.2  # PPO clip range of the importance ratio
+    minibatch_size: int = 64  # samples per optimizer step, over all processes
+    # samples per forward/backward of one process (gradients accumulate up to the minibatch);
+    # None: the whole of this process's share of the minibatch at once
+    micro_batch_size: int | None = None
+    clip_epsilon: float = 0.2  # PPO clip range of the ratio to the round's starting policy
+    # trainer/sampler probability ratios outside this band drop the token (objective.py)
+    is_bounds: tuple[float, float] = (0.5, 5.0)
     max_grad_norm: float = 1.0
     seed: int = 0
-    # torch threads while training (None: torch's default). Small models lose more to
+    # torch threads while training on CPU (None: torch's default). Small models lose more to
     # thread hand-offs than they gain: one thread measured ~13x faster on 2 busy cores.
     num_threads: int | None = 1
+    dtype: str | None = None  # "bf16", "fp16" or "fp32"; None: bf16 with CUDA, fp32 without
+    attn_implementation: str | None = None  # None: flash_attention_2 where its kernels import on CUDA, else sdpa
+    gradient_checkpointing: bool | None = None  # None: on with CUDA, off on CPU
+    logprob_chunk: int = 1024  # sequence positions whose logits exist at once (logprobs.py)
+    lora_rank: int = 0  # > 0: train (and save) a LoRA adapter instead of the full weights
+    lora_alpha: int = 16
 
 
-# `tracerl train --backend`: the first is the default
-BACKENDS = ("torch", "openrlhf")
+def default_learning_rate(config: TrainConfig) -> float:
+    """``config``'s learning rate, or the default for what it trains."""
+    if config.learning_rate is not None:
+        return config.learning_rate
+    return LORA_LEARNING_RATE if config.lora_rank > 0 else FULL_WEIGHTS_LEARNING_RATE
 
 
 @dataclass
 class OpenRLHFOptions:
-    """What only this backend has; defaults suit one CPU (the tests) and scale up on GPUs."""
+    """What only this backend has; defaults suit one device and scale up on GPUs."""
 
     zero_stage: int = 2
-    dtype: str | None = None  # "bf16", "fp16" or "fp32"; None: bf16 with CUDA, fp32 without
-    attn_implementation: str | None = None  # None: flash_attention_2 with CUDA, sdpa without
-    gradient_checkpointing: bool = False
-    lora_rank: int = 0  # > 0: train (and save) a LoRA adapter instead of the full weights
-    lora_alpha: int = 16
     lora_target_modules: str | list[str] = "all-linear"
     reference_model: str | None = None  # frozen policy to stay close to (with kl_coef)
     kl_coef: float = 0.0
-    # icepop: tokens whose trainer/sampler probability ratio leaves this band are dropped
-    is_correction_threshold: tuple[float, float] = (0.5, 5.0)

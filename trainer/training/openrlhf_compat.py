@@ -1,7 +1,8 @@
 """Everything OpenRLHF 0.11 needs to run where it assumes a CUDA build, in one place.
 
 OpenRLHF is written for GPUs; tracerl also trains with it on CPU (the tests, CI, a laptop).
-Four assumptions break there, and each is undone here and nowhere else:
+Where its assumptions break (no CUDA, no flash-attn kernels, no nvcc, tracerl's own
+micro-batching), the fix is here and nowhere else:
 
 1. ``openrlhf.models`` imports ``flash_attn`` at the top, whose package imports its compiled
    CUDA kernels (``flash_attn_2_cuda``). flash-attn's Python parts install without them
@@ -13,33 +14,32 @@ Four assumptions break there, and each is undone here and nowhere else:
 2. ``Actor`` loads a checkpoint in bf16 or fp16 only. CPUs have no fast half-precision matmul
    and the trainer's log-probs must match the server's float32 ones, so ``"fp32"`` is added
    to OpenRLHF's dtype table.
-3. DeepSpeed's CPU accelerator JIT-compiles two C++ ops at first use (a shared-memory
-   all-reduce, ~2 minutes here, useless in one process; and FusedAdam, ~2 minutes, where
-   ``torch.optim.AdamW`` is as good on CPU). :class:`TracerlDeepspeedStrategy` turns both off
-   when there is no CUDA.
-4. ``DeepspeedStrategy.setup_distributed`` looks for MPI when no launcher set the rendezvous
-   variables: a lone process (``tracerl train`` on one GPU or on CPU) gets rank 0 of 1 on
-   loopback, with ``LOCAL_RANK=-1`` so that it does not call ``torch.cuda.set_device``.
+3. DeepSpeed JIT-compiles its ops at first use: FusedAdam needs nvcc on a GPU (minutes, and
+   fails where there is none) and a C++ build on CPU; on CPU also a shared-memory all-reduce
+   (~2 minutes, useless in one process). :class:`TracerlDeepspeedStrategy` takes torch's
+   Adam unless FusedAdam was built into the DeepSpeed install (``DS_BUILD_FUSED_ADAM=1``), and
+   turns the shared-memory op off without CUDA.
+4. OpenRLHF sizes DeepSpeed's gradient accumulation from fixed micro-batches; tracerl
+   accumulates over micro-batches itself (a minibatch's last one may be short), so the
+   strategy's config asks for DeepSpeed's unmanaged accumulation: every ``step()`` is a boundary.
 5. ``DeepspeedStrategy.save_model`` ends with ``torch.cuda.synchronize()``: without CUDA its
    barrier stays and the synchronize goes.
+
+The launcher's variables (rank, world size, local rank) are read in one place for every
+backend: :func:`tracerl.trainer.training.device.launch_environment`.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import sys
 import types
 
+from tracerl.trainer.training.device import cuda_available
+
 FLASH_ATTN_KERNELS = "flash_attn_2_cuda"
 CPU_DTYPE = "fp32"
-
-
-def cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def _missing_kernels_module() -> types.ModuleType:
@@ -57,14 +57,15 @@ def _missing_kernels_module() -> types.ModuleType:
     return module
 
 
-def _single_process_rendezvous() -> None:
-    """Rank 0 of 1 on loopback, unless a launcher (deepspeed, torchrun) already set the variables."""
-    if "RANK" in os.environ or "LOCAL_RANK" in os.environ:
-        return
-    with socket.socket() as probe:  # a free port: two trainers in one machine must not collide
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "-1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+def fused_adam_built() -> bool:
+    """Whether this DeepSpeed install carries a prebuilt FusedAdam (else it would compile at first use)."""
+    if not cuda_available():
+        return False
+    try:
+        from deepspeed.git_version_info import installed_ops
+    except ImportError:
+        return False
+    return bool(installed_ops.get("fused_adam"))
 
 
 def _barrier() -> None:
@@ -112,15 +113,17 @@ def import_openrlhf() -> types.SimpleNamespace:
         """OpenRLHF's strategy; on CPU without the JIT-built ops (see the module docstring)."""
 
         def setup_distributed(self, *args, **kwargs) -> None:
-            _single_process_rendezvous()
             if not cuda_available():
                 deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
             super().setup_distributed(*args, **kwargs)
 
         def get_ds_train_config(self, optim_dict=None, *, max_norm=None):
             config = super().get_ds_train_config(optim_dict, max_norm=max_norm)
-            if "optimizer" in config and not cuda_available():
+            if "optimizer" in config and not fused_adam_built():
                 config["optimizer"]["params"]["torch_adam"] = True
+            config["managed_gradient_accumulation"] = False
+            config["gradient_accumulation_steps"] = 1
+            config["train_batch_size"] = self.micro_train_batch_size * self.world_size
             return config
 
     return types.SimpleNamespace(

@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tracerl.trainer.training.backend import TrainingBackend, TrainMetrics
+from tracerl.trainer.training.backend import TrainMetrics, load_trainer
 from tracerl.trainer.training.config import OpenRLHFOptions, TrainConfig
 
 console = Console(stderr=True)
@@ -32,10 +32,11 @@ class TrainedCheckpoint:
 def train_checkpoint(
     dataset: Path, model: Path, out: Path, *, backend: str = "torch", config: TrainConfig | None = None,
     options: OpenRLHFOptions | None = None, max_policy_lag: int | None = None, version: int | None = None,
-    on_saving: Callable[[], None] | None = None,
+    on_saving: Callable[[], None] | None = None, optimizer_state: bool = True,
 ) -> TrainedCheckpoint:
     """Train ``model`` on ``dataset`` with ``backend`` and write the checkpoint to ``out``.
 
+    ``optimizer_state``: save what the next process needs to resume the optimizer (torch backend).
     ``version`` is the policy version the checkpoint will be announced as (None: whatever the
     endpoint numbers it). ``on_saving`` is called when training is done and writing the
     checkpoint starts (a scheduled round reports its phases). Raises :class:`~tracerl.trainer.training.dataset.DatasetError` for a
@@ -48,16 +49,11 @@ def train_checkpoint(
     parent_version = (read_checkpoint_manifest(model) or {}).get("policy_version")
     samples, skipped = read_dataset(dataset, max_policy_lag=max_policy_lag, policy_version=parent_version)
     dataset_manifest = check_schema_version(dataset)
-    if backend == "openrlhf":
-        from tracerl.trainer.training.openrlhf_backend import OpenRLHFTrainer
-
-        options = options or OpenRLHFOptions()
-        trainer: TrainingBackend = OpenRLHFTrainer(model, config, options)
-    else:
-        from tracerl.trainer.training.torch_backend import PolicyTrainer
-
-        trainer = PolicyTrainer(model, config)
-    lead = getattr(trainer, "rank", 0) == 0  # under a multi-GPU launcher, rank 0 speaks and publishes
+    options = options or OpenRLHFOptions()
+    trainer = load_trainer(backend, model, config, options)
+    console.print(f"training with {backend} on {trainer.device}, learning rate {trainer.learning_rate:g}, "
+                  f"micro-batch {trainer.micro_batch_size} x {trainer.world_size} process(es)", style="dim") if trainer.rank == 0 else None
+    lead = trainer.rank == 0  # under a multi-GPU launcher, rank 0 speaks and publishes
     with Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=not lead) as bar:
         task = bar.add_task("train", total=None)
         stats = trainer.train(samples, progress=lambda done, total: bar.update(task, completed=done, total=total))
@@ -67,10 +63,10 @@ def train_checkpoint(
         "parent_version": parent_version,
         "policy_version": version,
         "dataset": {"path": str(dataset.resolve()), "manifest": dataset_manifest, "skipped": skipped},
-        "config": {**asdict(config), **({"openrlhf": asdict(options)} if backend == "openrlhf" and options else {})},
+        "config": {**asdict(config), "learning_rate": trainer.learning_rate, **({"openrlhf": asdict(options)} if backend == "openrlhf" else {})},
         "metrics": stats.as_dict(),
     }
     if on_saving:
         on_saving()
-    checkpoint = trainer.save(out, manifest)
+    checkpoint = trainer.save(out, manifest, optimizer_state=optimizer_state)
     return TrainedCheckpoint(checkpoint, manifest, stats, skipped, lead)

@@ -1,49 +1,33 @@
-"""The built-in training backend: clipped policy gradient on one machine with torch.
+"""The built-in training backend: the shared objective on one process with plain torch.
 
-It reads the pipeline's dataset (one row per LLM call, already carrying its
-advantage), and for each row maximises the PPO-clipped surrogate
-
-    min(rho_t * A, clip(rho_t, 1 - eps, 1 + eps) * A),  rho_t = pi_theta(y_t) / pi_old(y_t)
-
-over the response tokens, where ``pi_old`` is the log-prob the serving endpoint
-logged when it sampled the token. Using the logged log-probs (instead of
-recomputing them) is what makes the update correct when the batch was sampled by
-an older policy version than the one being trained. Rows without logged log-probs
-fall back to the current policy's (ratio 1, plain REINFORCE) and are counted.
-
-Each LLM call is its own sample, as in LightningRL: no trajectory concatenation.
-Samples come from :mod:`~tracerl.trainer.training.dataset`, in the minibatches and layout
-of :mod:`~tracerl.trainer.training.batch` (shared with the OpenRLHF backend); checkpoints
-are written through :mod:`~tracerl.trainer.training.checkpoint`.
+No DeepSpeed, no launcher: what a laptop, a CPU box or a single GPU needs. On CUDA the
+weights and Adam's moments stay float32 and the forward runs under bf16 autocast (a
+learning rate of 1e-6 vanishes in bf16 weights); on CPU everything is float32. LoRA
+(``lora_rank``) trains a PEFT adapter instead of the full weights; a ``--model`` that is an
+adapter continues training it. The optimizer state is saved beside the weights only when the
+caller asks (``tracerl train`` resumes it in its next process); in-process rounds keep it in
+memory.
 """
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-from tracerl.trainer.training.backend import TrainMetrics
-from tracerl.trainer.training.batch import collate, minibatch_order, response_span, served_logprob_gap
+from tracerl.trainer.training.backend import PolicyGradientTrainer
 from tracerl.trainer.training.checkpoint import checkpoint_folder
 from tracerl.trainer.training.config import TrainConfig
-from tracerl.trainer.training.dataset import Sample
+from tracerl.trainer.training.device import attention_implementation, default_dtype, torch_dtype, training_device
+from tracerl.trainer.training.model_folder import inspect_policy_folder
 
-# The optimizer's state, saved beside the weights so the next round resumes it.
+# The optimizer's state, saved beside the weights so the next `tracerl train` resumes it.
 TRAINER_STATE_FILE = "trainer_state.pt"
 
 
-def token_logprobs(model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
-    """log pi(token_{t+1} | tokens_{<=t}) for every position of a right-padded batch."""
-    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
-    return torch.gather(F.log_softmax(logits, dim=-1), 2, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-
-
-class PolicyTrainer:
+class PolicyTrainer(PolicyGradientTrainer):
     """Holds the policy and its optimizer across rounds; saves Hugging Face checkpoints."""
 
     def __init__(self, model_path: str | os.PathLike, config: TrainConfig | None = None) -> None:
@@ -51,97 +35,68 @@ class PolicyTrainer:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # our own progress bars say what is going on
-        self.config = config or TrainConfig()
-        torch.manual_seed(self.config.seed)
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-        self.model.train()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.config.learning_rate, weight_decay=0.0)
-        state_file = Path(model_path) / TRAINER_STATE_FILE
-        if state_file.exists():  # resume the optimizer's moments where the last `tracerl train` left them
-            self.optimizer.load_state_dict(torch.load(state_file, weights_only=True))
-            for group in self.optimizer.param_groups:  # the saved state carries its learning rate: this run's wins
-                group["lr"] = self.config.learning_rate
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        self._generator = torch.Generator().manual_seed(self.config.seed)
-
-    def train(
-        self,
-        samples: Sequence[Sample],
-        *,
-        epochs: int | None = None,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> TrainMetrics:
-        """Policy-gradient (or, for ``target_only`` samples, supervised) steps over ``samples``."""
-        cfg = self.config
-        if cfg.num_threads:
+        self.config = cfg = config or TrainConfig()
+        folder = inspect_policy_folder(model_path)
+        self.device = training_device()
+        self.compute_dtype = torch_dtype(cfg.dtype or default_dtype(self.device))
+        if self.device.type == "cpu" and cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
-        epochs = cfg.epochs if epochs is None else epochs
-        metrics = TrainMetrics(
-            samples=len(samples),
-            missing_logprobs=sum(s.response_logprobs is None for s in samples),
+        torch.manual_seed(cfg.seed)
+        self.tokenizer = AutoTokenizer.from_pretrained(folder.path)
+        model = AutoModelForCausalLM.from_pretrained(
+            folder.base, dtype=torch.float32, attn_implementation=cfg.attn_implementation or attention_implementation(self.device)
         )
-        logged = [s for s in samples if s.response_logprobs is not None]
-        if logged:
-            metrics.served_logprob_gap = served_logprob_gap(logged, self.action_logprobs(logged))
-        per_epoch = math.ceil(len(samples) / cfg.minibatch_size)
-        total_steps = epochs * per_epoch
-        loss_sum = clip_sum = kl_sum = 0.0
-        for _ in range(epochs):
-            for indices in minibatch_order(len(samples), cfg.minibatch_size, self._generator):
-                loss, clip_frac, kl, n_tokens = self._step([samples[i] for i in indices])
-                metrics.steps += 1
-                metrics.tokens += n_tokens
-                loss_sum, clip_sum, kl_sum = loss_sum + loss, clip_sum + clip_frac, kl_sum + kl
-                if progress:
-                    progress(metrics.steps, total_steps)
-        if metrics.steps:
-            metrics.loss = loss_sum / metrics.steps
-            metrics.clip_fraction = clip_sum / metrics.steps
-            metrics.approx_kl = kl_sum / metrics.steps
-        return metrics
+        if folder.is_adapter or cfg.lora_rank > 0:
+            model = self._with_lora(model, folder, cfg)
+        checkpointing = cfg.gradient_checkpointing if cfg.gradient_checkpointing is not None else self.device.type == "cuda"
+        if checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.config.use_cache = False
+        self.model = model.to(self.device)
+        self.model.train()
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(trainable, lr=self.learning_rate, weight_decay=0.0)
+        state_file = folder.path / TRAINER_STATE_FILE
+        if state_file.exists():  # resume the optimizer's moments where the last `tracerl train` left them
+            self.optimizer.load_state_dict(torch.load(state_file, weights_only=True, map_location=self.device))
+            for group in self.optimizer.param_groups:  # the saved state carries its learning rate: this run's wins
+                group["lr"] = self.learning_rate
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self._init_order()
 
-    def action_logprobs(self, samples: Sequence[Sample]) -> list[list[float]]:
-        """Each sample's response-token log-probs under the current weights."""
-        out: list[list[float]] = []
-        with torch.no_grad():
-            for start in range(0, len(samples), self.config.minibatch_size):
-                chunk = samples[start : start + self.config.minibatch_size]
-                data = collate(chunk, self.pad_id)
-                logprobs = token_logprobs(self.model, data["ids"], data["attention"])
-                out.extend(logprobs[row, slice(*response_span(s))].tolist() for row, s in enumerate(chunk))
-        return out
+    @staticmethod
+    def _with_lora(model, folder, cfg: TrainConfig):
+        from peft import LoraConfig, PeftModel, get_peft_model
 
-    def _step(self, batch: Sequence[Sample]) -> tuple[float, float, float, int]:
-        cfg = self.config
-        data = collate(batch, self.pad_id)
-        new = token_logprobs(self.model, data["ids"], data["attention"])
-        mask = data["action_mask"]
-        old = torch.where(data["has_served"].unsqueeze(1), data["served_logprobs"], new.detach())
-        advantages = torch.tensor([s.advantage for s in batch]).unsqueeze(1)
-        supervised = torch.tensor([s.target_only for s in batch]).unsqueeze(1)
-        ratio = torch.exp(new - old)
-        unclipped, clipped = ratio * advantages, torch.clamp(ratio, 1 - cfg.clip_epsilon, 1 + cfg.clip_epsilon) * advantages
-        surrogate = torch.minimum(unclipped, clipped)
-        per_token = torch.where(supervised, new, surrogate)
-        # mean over each sample's action tokens, then over samples: long responses don't dominate
-        per_sample = (per_token * mask).sum(1) / mask.sum(1).clamp(min=1)
-        loss = -per_sample.mean()
-        self.optimizer.zero_grad(set_to_none=True)
+        if folder.is_adapter:
+            return PeftModel.from_pretrained(model, folder.adapter, is_trainable=True)
+        return get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules="all-linear"))
+
+    @property
+    def policy(self) -> torch.nn.Module:
+        return self.model
+
+    def _set_training(self, training: bool) -> None:
+        self.model.train(training)
+
+    def _autocast(self):
+        if self.device.type == "cuda" and self.compute_dtype != torch.float32:
+            return torch.autocast("cuda", dtype=self.compute_dtype)
+        return nullcontext()
+
+    def _backward(self, loss: torch.Tensor) -> None:
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-        self.optimizer.step()
-        with torch.no_grad():
-            n_tokens = int(mask.sum())
-            binds = (clipped < unclipped).float()  # the clipped term is the one taken: no gradient
-            clip_frac = float((binds * mask).sum() / max(n_tokens, 1))
-            kl = float(((old - new.detach()) * mask).sum() / max(n_tokens, 1))
-        return loss.item(), clip_frac, kl, n_tokens
 
-    def save(self, out_dir: str | os.PathLike, manifest: dict | None = None) -> Path:
-        """Write a complete checkpoint atomically (weights, tokenizer, optimizer state, manifest)."""
+    def _optimizer_step(self) -> None:
+        torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], self.config.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def save(self, out_dir: str | os.PathLike, manifest: dict | None = None, *, optimizer_state: bool = False) -> Path:
+        """Weights (or the adapter alone) and tokenizer, and with ``optimizer_state`` Adam's moments, whole or not at all."""
         with checkpoint_folder(out_dir, manifest) as folder:
             self.model.save_pretrained(folder)
             self.tokenizer.save_pretrained(folder)
-            torch.save(self.optimizer.state_dict(), folder / TRAINER_STATE_FILE)
+            if optimizer_state:
+                torch.save(self.optimizer.state_dict(), folder / TRAINER_STATE_FILE)
         return Path(out_dir)

@@ -1,0 +1,121 @@
+"""Where training runs and how processes find each other: the one place that names a device.
+
+Every backend asks here instead of writing ``"cuda"`` or ``"cpu"`` itself, so that the same
+code trains on a laptop's CPU, one GPU, or many GPUs under ``torchrun`` / ``deepspeed``:
+
+- :func:`launch_environment` reads (and completes) the rendezvous variables a launcher set;
+  a lone process becomes rank 0 of 1 on loopback. DeepSpeed and OpenRLHF call
+  ``torch.cuda.set_device(LOCAL_RANK)`` with CUDA, so a lone GPU process must be local rank 0,
+  and a lone CPU process local rank -1 (OpenRLHF then never touches ``torch.cuda``).
+- :func:`training_device` is that rank's device; :func:`default_dtype` bf16 with CUDA, fp32
+  without (CPUs have no fast half-precision matmul, and the CPU tests compare log-probs with
+  a float32 server to 1e-6); :func:`attention_implementation` flash-attention 2 only where its
+  CUDA kernels import, else PyTorch's sdpa (flash-attn has no wheel for every torch).
+- :func:`peak_memory_bytes` is what the train JSON reports: CUDA's max allocated, else the
+  process's peak RSS.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import sys
+from collections.abc import MutableMapping
+from dataclasses import dataclass
+
+# What the launchers set: torchrun all of them; deepspeed's launcher the same, plus --local_rank
+# on the command line; Slurm/MPI launchers are reached through these once mapped by the user.
+RENDEZVOUS_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@dataclass(frozen=True)
+class LaunchEnvironment:
+    rank: int
+    world_size: int
+    local_rank: int  # -1: no CUDA device to pin (a CPU process)
+    master_addr: str
+    master_port: int
+    launched: bool  # True when a launcher (torchrun, deepspeed) started this process
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def launch_environment(environ: MutableMapping[str, str] | None = None, *, cuda: bool | None = None) -> LaunchEnvironment:
+    """The process's place in the job, with the variables DeepSpeed reads set in ``environ``.
+
+    A launcher's variables are kept as they are (on CPU, ``LOCAL_RANK`` becomes -1 only for
+    DeepSpeed's CUDA-only calls: see the module docstring); with none, this process is rank 0
+    of 1 on a free loopback port. ``cuda`` defaults to whether torch sees a GPU.
+    """
+    env = os.environ if environ is None else environ
+    cuda = cuda_available() if cuda is None else cuda
+    launched = "RANK" in env and "WORLD_SIZE" in env
+    if launched:
+        local_rank = int(env.get("LOCAL_RANK", env["RANK"]))
+        env.setdefault("MASTER_ADDR", "127.0.0.1")
+        if "MASTER_PORT" not in env:
+            raise RuntimeError("RANK and WORLD_SIZE are set but MASTER_PORT is not: launch with torchrun or deepspeed, which set all three")
+    else:
+        local_rank = 0
+        env.update({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": env.get("MASTER_PORT") or str(free_port())})
+    env["LOCAL_RANK"] = str(local_rank if cuda else -1)
+    return LaunchEnvironment(
+        rank=int(env["RANK"]), world_size=int(env["WORLD_SIZE"]), local_rank=local_rank if cuda else -1,
+        master_addr=env["MASTER_ADDR"], master_port=int(env["MASTER_PORT"]), launched=launched,
+    )
+
+
+def training_device(local_rank: int = 0):
+    """``cuda:local_rank`` when torch sees a GPU, else the CPU."""
+    import torch
+
+    return torch.device("cuda", max(local_rank, 0)) if cuda_available() else torch.device("cpu")
+
+
+def default_dtype(device=None) -> str:
+    """``"bf16"`` on CUDA, ``"fp32"`` elsewhere (the names OpenRLHF and ``--dtype`` use)."""
+    device = device if device is not None else training_device()
+    return "bf16" if device.type == "cuda" else "fp32"
+
+
+def torch_dtype(name: str):
+    import torch
+
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    if name not in dtypes:
+        raise ValueError(f"unknown dtype {name!r}: use one of {', '.join(dtypes)}")
+    return dtypes[name]
+
+
+def attention_implementation(device=None) -> str:
+    """flash_attention_2 when its CUDA kernels import on a CUDA device, else sdpa."""
+    device = device if device is not None else training_device()
+    if device.type != "cuda":
+        return "sdpa"
+    try:
+        import flash_attn_2_cuda  # noqa: F401  the kernels themselves, not flash-attn's Python parts
+    except ImportError:
+        return "sdpa"
+    return "flash_attention_2"
+
+
+def peak_memory_bytes(device=None) -> int:
+    """Peak memory of this process so far: CUDA's max allocated on a GPU, peak RSS on CPU."""
+    device = device if device is not None else training_device()
+    if device.type == "cuda":
+        import torch
+
+        return int(torch.cuda.max_memory_allocated(device))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # Linux reports KiB

@@ -1,0 +1,91 @@
+"""The training options every command takes, declared once.
+
+``tracerl train``, ``tracerl train run`` / ``train loop``, ``tracerl demo`` and each
+``python -m examples.X.train`` are decorated with :func:`with_training_options`: the same
+``--backend``, ``--lr``, ``--micro-batch-size``, ``--lora-rank``, ... with the same help, and
+the command receives a :class:`TrainingOverrides` holding what the user gave. Each command
+applies it over its own defaults (``TrainConfig()``, a round's TOML ``[train]``, a recipe's
+``LoopConfig``), so an option means the same thing everywhere and nothing given changes nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from tracerl.trainer.training.config import BACKENDS, FULL_WEIGHTS_LEARNING_RATE, LORA_LEARNING_RATE, OpenRLHFOptions, TrainConfig
+
+# option name -> (TrainConfig or OpenRLHFOptions field, typer.Option); every default None: "not given"
+_OPTIONS: dict[str, tuple[str | None, Any, Any]] = {
+    "backend": (None, Optional[str], typer.Option(None, "--backend", help=f"{' or '.join(BACKENDS)} (default torch): torch trains in one process, openrlhf on DeepSpeed (ZeRO, many GPUs).")),
+    "learning_rate": ("learning_rate", Optional[float], typer.Option(
+        None, "--lr", min=0.0,
+        help=f"Learning rate (default: {FULL_WEIGHTS_LEARNING_RATE:g} for full weights, {LORA_LEARNING_RATE:g} for LoRA; a recipe's tiny model has its own). 0: the same run without learning.")),
+    "epochs": ("epochs", Optional[int], typer.Option(None, "--epochs", min=1, help="Passes over each round's samples.")),
+    "minibatch_size": ("minibatch_size", Optional[int], typer.Option(None, "--minibatch-size", min=1, help="Samples per optimizer step, over all processes.")),
+    "micro_batch_size": ("micro_batch_size", Optional[int], typer.Option(
+        None, "--micro-batch-size", min=1, help="Samples per forward/backward of one process; gradients accumulate to the minibatch (bounds memory).")),
+    "clip_epsilon": ("clip_epsilon", Optional[float], typer.Option(None, "--clip", min=0.0, help="PPO clip range of the ratio to the round's starting policy.")),
+    "dtype": ("dtype", Optional[str], typer.Option(None, "--dtype", help="bf16, fp16 or fp32 (default: bf16 with CUDA, fp32 without).")),
+    "gradient_checkpointing": ("gradient_checkpointing", Optional[bool], typer.Option(
+        None, "--gradient-checkpointing/--no-gradient-checkpointing", help="Recompute activations in the backward pass (default: on with CUDA).")),
+    "logprob_chunk": ("logprob_chunk", Optional[int], typer.Option(None, "--logprob-chunk", min=1, help="Sequence positions whose logits exist at once.")),
+    "lora_rank": ("lora_rank", Optional[int], typer.Option(None, "--lora-rank", min=0, help="Train a LoRA adapter of this rank instead of the full weights.")),
+    "lora_alpha": ("lora_alpha", Optional[int], typer.Option(None, "--lora-alpha", min=1, help="LoRA scale numerator.")),
+    "zero_stage": ("zero_stage", Optional[int], typer.Option(None, "--zero-stage", min=0, max=3, help="openrlhf: DeepSpeed ZeRO stage (default 2).")),
+    "ref_model": ("reference_model", Optional[Path], typer.Option(None, "--ref-model", help="openrlhf: frozen reference policy of a KL penalty (with --kl-coef).")),
+    "kl_coef": ("kl_coef", Optional[float], typer.Option(None, "--kl-coef", min=0.0, help="openrlhf: weight of the k3 KL to --ref-model.")),
+}
+_OPENRLHF_ONLY = ("zero_stage", "ref_model", "kl_coef")
+
+
+@dataclass(frozen=True)
+class TrainingOverrides:
+    """What the user gave on the command line (None: not given)."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def backend(self) -> str | None:
+        return self.values.get("backend")
+
+    def apply(self, backend: str, config: TrainConfig, options: OpenRLHFOptions) -> tuple[str, TrainConfig, OpenRLHFOptions]:
+        """``(backend, config, options)`` with the given values on top; raises ``typer.BadParameter`` naming the option."""
+        backend = self.backend or backend
+        if backend not in BACKENDS:
+            raise typer.BadParameter(f"unknown backend {backend!r}: use {' or '.join(BACKENDS)}", param_hint="--backend")
+        given = {name: value for name, value in self.values.items() if value is not None and name != "backend"}
+        if backend != "openrlhf":
+            misplaced = [name for name in _OPENRLHF_ONLY if name in given]
+            if misplaced:
+                flags = ", ".join(_OPTIONS[n][2].param_decls[0] for n in misplaced)
+                raise typer.BadParameter(f"{flags} are options of --backend openrlhf", param_hint="--backend")
+        if given.get("dtype") not in (None, "bf16", "fp16", "fp32"):
+            raise typer.BadParameter(f"{given['dtype']!r}: use bf16, fp16 or fp32", param_hint="--dtype")
+        train_fields = {f for f in TrainConfig.__dataclass_fields__}
+        config = replace(config, **{_OPTIONS[n][0]: v for n, v in given.items() if _OPTIONS[n][0] in train_fields})
+        options = replace(options, **{_OPTIONS[n][0]: (str(v) if n == "ref_model" else v) for n, v in given.items() if _OPTIONS[n][0] in OpenRLHFOptions.__dataclass_fields__})
+        if options.kl_coef > 0 and options.reference_model is None:
+            raise typer.BadParameter("a KL penalty needs the policy to stay close to: pass --ref-model too", param_hint="--kl-coef")
+        return backend, config, options
+
+
+def with_training_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give ``command`` (which takes ``training: TrainingOverrides``) every training option."""
+    signature = inspect.signature(command)
+    own = [p for p in signature.parameters.values() if p.name != "training"]
+    shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation) for name, (_, annotation, option) in _OPTIONS.items()]
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        values = {name: kwargs.pop(name, None) for name in _OPTIONS}
+        return command(*args, training=TrainingOverrides(values), **kwargs)
+
+    wrapper.__signature__ = signature.replace(parameters=[*own, *shared])  # type: ignore[attr-defined]
+    return wrapper
