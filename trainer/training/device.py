@@ -103,8 +103,14 @@ def attention_implementation(device=None) -> str:
     device = device if device is not None else training_device()
     if device.type != "cuda":
         return "sdpa"
+    import importlib
+    import sys
+
+    loaded = sys.modules.get("flash_attn_2_cuda")
+    if loaded is not None:  # imported already: real, or openrlhf_compat's stand-in for missing kernels
+        return "sdpa" if vars(loaded).get("tracerl_stand_in") else "flash_attention_2"
     try:
-        import flash_attn_2_cuda  # noqa: F401  the kernels themselves, not flash-attn's Python parts
+        importlib.import_module("flash_attn_2_cuda")  # the kernels themselves, not flash-attn's Python parts
     except ImportError:
         return "sdpa"
     return "flash_attention_2"

@@ -54,7 +54,21 @@ def _missing_kernels_module() -> types.ModuleType:
 
     module.__getattr__ = __getattr__  # type: ignore[method-assign]
     module.__file__ = __file__  # inspect and hasattr probes see an ordinary module
+    module.tracerl_stand_in = True  # type: ignore[attr-defined]  device.attention_implementation asks
     return module
+
+
+def install_kernel_stand_in() -> None:
+    """Put the stand-in for flash-attn's missing CUDA kernels in place (see the module docstring, 1).
+
+    Called before anything imports transformers' models too: on a CUDA machine transformers
+    imports ``flash_attn`` to see whether it is available, and flash-attn's Python parts
+    without their kernels would fail that import (and with it, every model class).
+    """
+    if FLASH_ATTN_KERNELS in sys.modules or importlib.util.find_spec("flash_attn") is None:
+        return
+    if importlib.util.find_spec(FLASH_ATTN_KERNELS) is None:
+        sys.modules[FLASH_ATTN_KERNELS] = _missing_kernels_module()
 
 
 def fused_adam_built() -> bool:
@@ -77,8 +91,7 @@ def _barrier() -> None:
 
 def import_openrlhf() -> types.SimpleNamespace:
     """OpenRLHF's pieces this backend uses, imported with the CPU fixes above in place."""
-    if FLASH_ATTN_KERNELS not in sys.modules and importlib.util.find_spec(FLASH_ATTN_KERNELS) is None:
-        sys.modules[FLASH_ATTN_KERNELS] = _missing_kernels_module()
+    install_kernel_stand_in()
     if not cuda_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     try:

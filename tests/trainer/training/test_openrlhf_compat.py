@@ -9,6 +9,7 @@ import torch
 
 from tracerl.trainer.training import openrlhf_compat as compat
 from tracerl.trainer.training.openrlhf_compat import CPU_DTYPE, FLASH_ATTN_KERNELS, cuda_available, import_openrlhf
+from tracerl.trainer.training.device import launch_environment
 from tracerl_testing.installed import require_openrlhf
 
 require_openrlhf()
@@ -52,9 +53,12 @@ def test_strategy_on_cpu_uses_torch_adamw_and_no_jit_built_ops():
         local_rank=-1, ds=argparse.Namespace(param_dtype=CPU_DTYPE, zero_stage=2), train=argparse.Namespace(dynamic_batch_enable=False)
     )
     strategy = orl.Strategy(seed=0, max_norm=1.0, zero_stage=2, args=args)
+    launch_environment()  # what the backend does first: rank 0 of 1 on loopback
     strategy.setup_distributed()
     assert strategy.world_size == 1 and not deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"]
     optimizer = {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}}
     config = strategy.get_ds_train_config(optimizer, max_norm=1.0)
     assert config["optimizer"]["params"]["torch_adam"] is True
+    # tracerl accumulates over micro-batches itself: every step() is DeepSpeed's boundary
+    assert config["managed_gradient_accumulation"] is False and config["gradient_accumulation_steps"] == 1
     assert not config["bf16"]["enabled"] and not config["fp16"]["enabled"]

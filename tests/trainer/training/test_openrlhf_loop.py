@@ -18,7 +18,7 @@ from tracerl.trainer.serving.app import running_server
 from tracerl.trainer.training.checkpoint import read_checkpoint_manifest
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import Sample
-from tracerl.trainer.training.openrlhf_backend import OpenRLHFOptions, OpenRLHFTrainer
+from tracerl.trainer.training.openrlhf_backend import OpenRLHFTrainer
 from tracerl_testing.installed import require_openrlhf
 
 require_openrlhf()
@@ -50,9 +50,9 @@ def sample_round(base_url: str, seed: int) -> tuple[list[Sample], float]:
     "gpu", [False, pytest.param(True, marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")])]
 )
 def test_two_rounds_sample_train_publish(tiny_checkpoint, tmp_path, gpu):
-    options = OpenRLHFOptions(dtype="fp32", attn_implementation="sdpa")
+    config = TrainConfig(learning_rate=1e-2, epochs=2, minibatch_size=4, dtype="fp32", attn_implementation="sdpa")
     with running_server(tiny_checkpoint) as server:
-        trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(learning_rate=1e-2, epochs=2, minibatch_size=4), options)
+        trainer = OpenRLHFTrainer(tiny_checkpoint, config)
         assert trainer.device.type == ("cuda" if gpu else "cpu")
         for round_ in range(2):
             samples, _ = sample_round(server.base_url, seed=round_)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import read_dataset
-from tracerl.trainer.training.torch_backend import TRAINER_STATE_FILE, PolicyTrainer, token_logprobs
+from tracerl.trainer.training.dataset import Sample
+from tracerl.trainer.training.logprobs import token_logprobs
+from tracerl.trainer.training.torch_backend import TRAINER_STATE_FILE, PolicyTrainer
 
 
 def _logprob_of(trainer: PolicyTrainer, prompt: list[int], response: list[int]) -> float:
@@ -33,27 +37,44 @@ def test_policy_gradient_moves_probability_towards_positive_advantage(tiny_check
     assert _logprob_of(trainer, prompt, bad) < before_bad - 0.5
 
 
-def test_ratio_uses_logged_logprobs_and_clips(tiny_checkpoint, tmp_path, write_dataset):
-    """Logged log-probs far below the current policy's put the ratio outside the clip range."""
-    trainer = PolicyTrainer(tiny_checkpoint, TrainConfig(epochs=1, minibatch_size=4))
+def test_stale_served_logprobs_weight_tokens_and_far_ones_drop(tiny_checkpoint, tmp_path, write_dataset):
+    """The sampler saw each token e times less likely (an older version): importance weight e, kept;
+    e^2 times: outside the (0.5, 5) band, every token dropped and nothing learned. PPO's clip is
+    against the round's starting policy, so on the first step it never binds."""
     prompt, response = [10, 11, 12], [40, 41, 42]
-    current = torch.tensor([prompt + response])
-    with torch.no_grad():
-        lp = token_logprobs(trainer.model, current, torch.ones_like(current))[0, len(prompt) - 1 :].tolist()
-    stale = [v - 1.0 for v in lp]  # the sampler saw each token e times less likely
-    write_dataset(tmp_path / "ds", [{"prompt_token_ids": prompt, "response_token_ids": response, "response_logprobs": stale, "advantage": 1.0}] * 4)
-    samples, _ = read_dataset(tmp_path / "ds")
-    stats = trainer.train(samples)
-    assert stats.missing_logprobs == 0
-    assert stats.clip_fraction == pytest.approx(1.0)
-    assert stats.approx_kl == pytest.approx(-1.0, abs=1e-3)
+    for gap, filtered in ((1.0, 0.0), (2.0, 1.0)):
+        trainer = PolicyTrainer(tiny_checkpoint, TrainConfig(epochs=1, minibatch_size=4, learning_rate=1e-3))
+        current = torch.tensor([prompt + response])
+        with torch.no_grad():
+            lp = token_logprobs(trainer.model, current, torch.ones_like(current))[0, len(prompt) - 1 :].tolist()
+        stale = [v - gap for v in lp]
+        write_dataset(tmp_path / f"ds{gap}", [{"prompt_token_ids": prompt, "response_token_ids": response, "response_logprobs": stale, "advantage": 1.0}] * 4)
+        samples, _ = read_dataset(tmp_path / f"ds{gap}")
+        stats = trainer.train(samples)
+        assert stats.missing_logprobs == 0 and stats.clip_fraction == 0.0
+        assert stats.served_logprob_gap == pytest.approx(gap, abs=1e-5)
+        assert stats.is_filtered_fraction == filtered
+        assert stats.loss == (0.0 if filtered else pytest.approx(-2.718, abs=1e-2))
+
+
+def test_micro_batches_give_the_update_of_one_batch_in_the_torch_backend(tiny_checkpoint):
+    config = TrainConfig(learning_rate=3e-3, epochs=1, minibatch_size=8)
+    whole = PolicyTrainer(tiny_checkpoint, config)
+    batch = [Sample(prompt_token_ids=[10, 11, 12, 13], response_token_ids=r, advantage=a) for r, a in [([40, 41], 1.0), ([50, 51, 52], -1.0), ([60], 0.5), ([70, 71], -0.5)]] * 2
+    samples = [replace(s, response_logprobs=[v + 0.3 * (i % 3) for v in lp]) for i, (s, lp) in enumerate(zip(batch, whole.action_logprobs(batch)))]
+    whole.train(samples)
+    split = PolicyTrainer(tiny_checkpoint, replace(config, micro_batch_size=3))  # 3 + 3 + 2
+    assert split.train(samples).micro_batch_size == 3
+    for a, b in zip([p.detach().clone() for p in (split.model).parameters()], [p.detach().clone() for p in (whole.model).parameters()]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
 def test_checkpoint_round_trip_resumes_the_optimizer(tiny_checkpoint, tmp_path, write_dataset):
     trainer = PolicyTrainer(tiny_checkpoint, TrainConfig(epochs=1, minibatch_size=2))
     write_dataset(tmp_path / "ds", [{"prompt_token_ids": [5, 6], "response_token_ids": [7], "response_logprobs": None, "advantage": 1.0}] * 2)
     trainer.train(read_dataset(tmp_path / "ds")[0])
-    out = trainer.save(tmp_path / "v1")
+    assert not (trainer.save(tmp_path / "v0") / TRAINER_STATE_FILE).exists()  # in-process rounds keep it in memory
+    out = trainer.save(tmp_path / "v1", optimizer_state=True)
     assert (out / "config.json").exists() and (out / TRAINER_STATE_FILE).exists()
     assert not list(tmp_path.glob(".v1.tmp-*"))
     resumed = PolicyTrainer(out)
@@ -68,7 +89,7 @@ def test_a_resumed_optimizer_takes_this_runs_learning_rate(tiny_checkpoint, tmp_
     write_dataset(tmp_path / "ds", [{"prompt_token_ids": [5, 6], "response_token_ids": [7], "response_logprobs": None, "advantage": 1.0}] * 2)
     samples = read_dataset(tmp_path / "ds")[0]
     trainer.train(samples)
-    out = trainer.save(tmp_path / "v1")
+    out = trainer.save(tmp_path / "v1", optimizer_state=True)
     frozen = PolicyTrainer(out, TrainConfig(epochs=1, minibatch_size=2, learning_rate=0.0))
     before = [p.detach().clone() for p in frozen.model.parameters()]
     frozen.train(samples)
