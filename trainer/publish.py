@@ -9,8 +9,9 @@ of endpoint is one class and one entry there, and no caller changes.
 
 The targets: tracerl's own server (``tracerl serve``, ``POST /v1/load_weights``);
 ``vllm serve`` reloading a full checkpoint from disk (:class:`VllmReload`) or swapping a
-LoRA adapter in place (:class:`VllmLora`); and vLLM receiving the weights over NCCL
-(:class:`VllmNcclTransfer`, GPU only, programmatic). Whatever goes wrong, the checkpoint
+LoRA adapter in place (:class:`VllmLora`). (Sending weights over NCCL instead of disk
+needs trainer and vLLM on separate GPUs and a gathered, unsharded model; until a GPU test
+can show it, publishing goes through disk.) Whatever goes wrong, the checkpoint
 stays on disk and the endpoint keeps serving the version it had (and agents are never
 left paused), and :class:`PublishError` says what to do.
 """
@@ -265,50 +266,6 @@ class VllmLora:
         return f"rejected (HTTP {reply.status_code}): {message}"
 
 
-@dataclass
-class VllmNcclTransfer:
-    """vLLM receiving the trainer's weights over NCCL (``vllm serve --weight-transfer-config``), GPU only.
-
-    Nothing goes through disk: vLLM's own trainer-side engine
-    (``vllm.distributed.weight_transfer.nccl_engine.NCCLTrainerWeightTransferEngine``) broadcasts
-    ``model``'s parameters from this process (NCCL rank 0) to vLLM's workers, driving vLLM's
-    weight-transfer endpoints. The checkpoint passed to :func:`publish` is the one written to
-    disk for the record; the weights sent are the module's. It needs CUDA and vLLM importable
-    in the trainer's environment, so it is not in :data:`TARGET_KINDS` and not exercised on
-    CPU (written against vllm 0.32.0's API, never run here).
-    """
-
-    kind: ClassVar[str] = "vllm-nccl"
-    checkpoint_file: ClassVar[str] = "config.json"
-    base_url: str
-    model: Any  # torch.nn.Module holding the trained weights, on a CUDA device
-    master_address: str
-    master_port: int
-    vllm_world_size: int = 1  # vLLM's tensor-parallel x pipeline-parallel workers
-    timeout_s: float = 300.0
-    _engine: Any = None
-
-    def __str__(self) -> str:
-        return f"{_Vllm(self.base_url)} (NCCL weight transfer)"
-
-    def load(self, checkpoint: Path, version: int | None) -> int:
-        from vllm.distributed.weight_transfer.base import ModuleSource
-        from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
-        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo, NCCLTrainerWeightTransferEngine
-
-        vllm = _Vllm(self.base_url, self.timeout_s)
-        version = vllm.next_version(version)
-        if self._engine is None:
-            info = NCCLTrainerInitInfo(master_address=self.master_address, master_port=self.master_port, world_size=self.vllm_world_size + 1)
-            client = HTTPVLLMWeightSyncClient(vllm.url, timeout=self.timeout_s)
-            self._engine = NCCLTrainerWeightTransferEngine.trainer_init(info, client=client, source=ModuleSource(self.model))
-        with vllm.paused():
-            self._engine.send_weights()
-            vllm.record_version(version)
-            vllm.dev_endpoint("POST", "/reset_prefix_cache")
-        return version
-
-
 TARGET_KINDS: dict[str, type[PublishTarget]] = {target.kind: target for target in (BuiltinServer, VllmReload, VllmLora)}
 
 
@@ -323,6 +280,9 @@ def publish(checkpoint_dir: str | os.PathLike, target: PublishTarget, version: i
     """Make ``target`` serve the checkpoint in ``checkpoint_dir`` (as ``version``, or its next)."""
     checkpoint = Path(checkpoint_dir).resolve()
     if not (checkpoint / target.checkpoint_file).is_file():
+        if (checkpoint / "adapter_config.json").is_file():
+            raise PublishError(f"{checkpoint} is a LoRA adapter, not a full model: publish it to vLLM with --server-kind vllm-lora "
+                               "(vllm serve --enable-lora); it was left as it was")
         raise PublishError(f"{checkpoint} is not what {target} loads (no {target.checkpoint_file}); it was left as it was")
     started = time.perf_counter()
     served = target.load(checkpoint, version)

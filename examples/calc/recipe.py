@@ -17,7 +17,6 @@ from examples.calc import task as calc
 from tracerl.trainer.loop.config import LoopConfig
 from tracerl.trainer.loop.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
 from tracerl.trainer.serving import tool_parser
-from tracerl.trainer.training.config import TrainConfig
 
 OPERATIONS = tuple(calc.PHRASES)
 
@@ -103,5 +102,5 @@ RECIPE = AgentRecipe(
     format_replay=calls_begun,
     tokenizer_corpus=_tokenizer_corpus(),
     version=7,
-    defaults=LoopConfig(out=Path("runs/calc"), rounds=8, tasks_per_round=32, group_size=4, eval_tasks=100, train=TrainConfig()),
+    defaults=LoopConfig(out=Path("runs/calc"), rounds=8, tasks_per_round=32, group_size=4, eval_tasks=100),
 )

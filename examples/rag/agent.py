@@ -31,11 +31,11 @@ from openai import AsyncOpenAI
 
 import tracerl
 from examples.rag import task as rag
-from tracerl.trainer.loop.recipe import AGENT_CONCURRENCY_ENV, POLICY_MODEL_NAME
+from tracerl.trainer.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME
 
 AGENT_NAME = "rag"
 MAX_TURNS = 4  # LLM calls in one episode: two searches and the answer, and one to spare
-MAX_TOKENS = 256  # per call: a tool call or a short answer (a larger model may reason first)
+MAX_TOKENS = int(os.environ.get(AGENT_MAX_TOKENS_ENV, "256"))  # per call: a tool call or a short answer (a larger model may reason first)
 
 set_tracing_disabled(True)
 

@@ -71,6 +71,6 @@ RECIPE = AgentRecipe(
     version=1,
     defaults=LoopConfig(
         out=Path("runs/rag"), rounds=8, tasks_per_round=16, group_size=4, eval_tasks=24,
-        train=TrainConfig(learning_rate=1e-3, epochs=2, minibatch_size=32),
+        tiny_learning_rate=1e-3, train=TrainConfig(epochs=2, minibatch_size=32),
     ),
 )

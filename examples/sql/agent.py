@@ -36,7 +36,7 @@ from examples.sql.task import (
     VERDICTS, Task, checker_messages, clean_query, execute, result_text, reward, rewriter_messages, schema_text,
     writer_messages,
 )
-from tracerl.trainer.loop.recipe import AGENT_CONCURRENCY_ENV, POLICY_MODEL_NAME
+from tracerl.trainer.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME
 
 
 class State(TypedDict, total=False):
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("tasks", help="JSONL file, one task per line (with its temperature and seed)")
     parser.add_argument("--model", default=POLICY_MODEL_NAME)
     parser.add_argument("--max-rewrites", type=int, default=1)
-    parser.add_argument("--max-tokens", type=int, default=64, help="per query the writer or rewriter writes")
+    parser.add_argument("--max-tokens", type=int, default=int(os.environ.get(AGENT_MAX_TOKENS_ENV, "64")), help="per query the writer or rewriter writes")
     parser.add_argument("--verdict-tokens", type=int, default=2, help="per checker verdict")
     parser.add_argument("--concurrency", type=int, default=int(os.environ.get(AGENT_CONCURRENCY_ENV, "16")))
     args = parser.parse_args(argv)

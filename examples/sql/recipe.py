@@ -10,7 +10,6 @@ from pathlib import Path
 from examples.sql import task as sql
 from tracerl.trainer.loop.config import LoopConfig
 from tracerl.trainer.loop.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
-from tracerl.trainer.training.config import TrainConfig
 
 
 def tasks(seed: int, data: Path | None) -> tuple[list[Task], list[Task]]:
@@ -138,6 +137,6 @@ RECIPE = AgentRecipe(
     version=3,
     defaults=LoopConfig(
         out=Path("runs/sql"), rounds=16, tasks_per_round=32, group_size=8, eval_tasks=100, agents="writer,rewriter",
-        replay_samples=64, train=TrainConfig(learning_rate=5e-4),
+        replay_samples=64, tiny_learning_rate=5e-4,
     ),
 )

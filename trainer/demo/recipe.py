@@ -8,7 +8,6 @@ from pathlib import Path
 
 from tracerl.trainer.demo import task as demo_task
 from tracerl.trainer.loop.config import LoopConfig
-from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.loop.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
 
 
@@ -83,5 +82,5 @@ DEMO = AgentRecipe(
     version=9,
     # lr 5e-4: at 1e-3 Adam's first steps (size ~lr whatever the gradient) moved one seed's
     # policy by KL 2 in one round: the tool turn stopped ending and held-out reward fell to 0
-    defaults=LoopConfig(out=Path("runs/demo"), rounds=10, agents=demo_task.TOOL_PICKER, train=TrainConfig(learning_rate=5e-4)),
+    defaults=LoopConfig(out=Path("runs/demo"), rounds=10, agents=demo_task.TOOL_PICKER, tiny_learning_rate=5e-4),
 )

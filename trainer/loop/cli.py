@@ -18,6 +18,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from tracerl.pipeline.options import CREDITS
 from tracerl.trainer.loop.config import SERVERS
 from tracerl.trainer.loop.recipe import AgentRecipe
+from tracerl.trainer.serving.vllm_process import VllmOptions
+from tracerl.trainer.training.options import TrainingOverrides, with_training_options
 
 console = Console(stderr=True)
 
@@ -35,7 +37,6 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
         seed: int = typer.Option(d.seed, "--seed"),
         model: Optional[str] = typer.Option(d.model, "--model", help="Starting policy (default: a tiny model built and warm-started locally)."),
         data: Optional[Path] = typer.Option(d.data, "--data", exists=True, help="The agent's public data set in its own format (default: tasks made locally)."),
-        learning_rate: float = typer.Option(d.train.learning_rate, "--lr", min=0.0, help="0 runs the same loop without learning (a control)."),
         credit: str = typer.Option(d.credit, "--credit", help=f"How an episode's reward reaches its calls: {' or '.join(CREDITS)}."),
         gamma: float = typer.Option(d.gamma, "--gamma", min=0.0, max=1.0, help="Discount of --credit discounted."),
         air: bool = typer.Option(d.air, "--air/--no-air", help="Automatic intermediate rewards from tool errors and other system signals."),
@@ -47,6 +48,18 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
             d.server, "--server",
             help=f"What serves the policy: {' or '.join(SERVERS)} (`vllm serve` from TRACERL_VLLM_PYTHON's venv, reloaded from disk each round).",
         ),
+        replay: Optional[bool] = typer.Option(
+            d.replay, "--replay/--no-replay",
+            help="Mix supervised replay into training (default: the recipe's format turns with its tiny model; none with --model, where --replay replays the policy's own best-rewarded outputs).",
+        ),
+        concurrency: int = typer.Option(d.concurrency, "--concurrency", min=1, help="Episodes the agent runs at once (1: exactly reproducible)."),
+        max_tokens: Optional[int] = typer.Option(d.max_tokens, "--max-tokens", min=1, help="max_tokens of each agent call (default: the recipe's, sized for the tiny model)."),
+        keep_checkpoints: int = typer.Option(d.keep_checkpoints, "--keep-checkpoints", min=1, help="Newest checkpoints kept on disk."),
+        vllm_dtype: Optional[str] = typer.Option(None, "--vllm-dtype", help="With --server vllm: its --dtype (default: auto on a GPU, float32 on CPU)."),
+        enforce_eager: Optional[bool] = typer.Option(None, "--enforce-eager/--cuda-graphs", help="With --server vllm: eager mode (default: CUDA graphs on a GPU, eager on CPU)."),
+        gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", min=0.05, max=1.0, help="With --server vllm: its share of the GPU (leave room for training on one GPU)."),
+        max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="With --server vllm: its context length."),
+        training: TrainingOverrides = TrainingOverrides(),
     ) -> None:
         from tracerl.trainer.loop.loop import run_loop
 
@@ -54,11 +67,22 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
             raise typer.BadParameter(f"{server!r} is not one of {', '.join(SERVERS)}", param_hint="--server")
         if credit not in CREDITS:
             raise typer.BadParameter(f"{credit!r} is not one of {', '.join(CREDITS)}", param_hint="--credit")
+        backend, train_config, openrlhf = training.apply(d.backend, replace(d.train, seed=seed), d.openrlhf)
         cfg = replace(
             d, out=out, rounds=rounds, tasks_per_round=tasks_per_round, group_size=group_size, eval_tasks=eval_tasks,
             seed=seed, model=model, data=data, credit=credit, gamma=gamma, air=air, agents=agents, server=server, tool_call_parser=tool_call_parser,
-            train=replace(d.train, learning_rate=learning_rate, seed=seed),
+            replay=replay, concurrency=concurrency, max_tokens=max_tokens, keep_checkpoints=keep_checkpoints,
+            backend=backend, train=train_config, openrlhf=openrlhf,
+            vllm=VllmOptions(dtype=vllm_dtype, enforce_eager=enforce_eager, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len),
         )
+        if model:
+            from tracerl.trainer.training.model_folder import ModelFolderError, inspect_policy_folder
+
+            if Path(model).exists():  # a hub id is resolved by the libraries themselves
+                try:
+                    inspect_policy_folder(model)
+                except ModelFolderError as exc:
+                    raise typer.BadParameter(str(exc), param_hint="--model") from None
         columns = (TextColumn("[bold]round {task.completed}/{task.total}"), BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
         with Progress(*columns, console=console) as bar:
             task = bar.add_task("starting", total=rounds + 1)
@@ -81,6 +105,7 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
             )
         console.print(f"metrics: {out / 'metrics.jsonl'}   reward curve: {out / 'reward_curve.png'}")
 
+    command = with_training_options(command)
     command.__doc__ = f"Train {recipe.title}: agent -> spans -> dataset -> training -> refreshed endpoint, round after round."
     return command
 

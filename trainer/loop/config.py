@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracerl.pipeline.options import CREDITS
-from tracerl.trainer.training.config import TrainConfig
+from tracerl.trainer.serving.vllm_process import VllmOptions
+from tracerl.trainer.training.config import BACKENDS, OpenRLHFOptions, TrainConfig
 
 SERVERS = ("tracerl", "vllm")  # what serves the policy: `tracerl serve` in a thread, or `vllm serve` (its own venv)
 
@@ -29,9 +30,18 @@ class LoopConfig:
     gamma: float = 1.0  # discount of --credit discounted (pipeline --gamma)
     air: bool = True  # automatic intermediate rewards from system signals (pipeline's default rules)
     agents: str | None = None  # train only these agents' calls (pipeline --agents), e.g. "writer,rewriter"
-    replay_samples: int = 32  # the recipe's format_replay examples mixed into each round's training (0: none)
+    replay_samples: int = 32  # supervised replay samples mixed into each round's training (0: none)
+    # None: the recipe's format turns with its warm-started tiny model, nothing with --model.
+    # True with --model: the policy's own best-rewarded outputs of earlier rounds (never the tiny model's format)
+    replay: bool | None = None
+    tiny_learning_rate: float = 1e-3  # the recipe's warm-started tiny model, when --lr is not given
+    keep_checkpoints: int = 2  # the newest checkpoints kept on disk (the served one is always among them)
+    max_tokens: int | None = None  # the agent's max_tokens per call (None: the recipe's, sized for the tiny model)
     # episodes the agent runs at once. 1 makes a run exactly reproducible: batched decoding pads, which moves
     # logits by ~1e-7, enough to flip a sampled token now and then (measured: one held-out episode in round 9
     # of two same-seed demo runs at 16). On the tiny model a round took about as long at 1 as at 16.
     concurrency: int = 1
+    backend: str = BACKENDS[0]
     train: TrainConfig = field(default_factory=TrainConfig)
+    openrlhf: OpenRLHFOptions = field(default_factory=OpenRLHFOptions)
+    vllm: VllmOptions = field(default_factory=VllmOptions)

@@ -8,11 +8,14 @@ Each round:
    exactly as for a user's agent;
 2. the pipeline turns that round's spans into transitions (one per LLM call), with the
    configured credit assignment, automatic intermediate rewards and agent selection;
-3. the torch backend takes a clipped policy-gradient step on them (plus a few of the
-   recipe's format turns replayed as supervised samples, so that training one
-   sub-agent's calls does not wear down another's format) and writes a
-   checkpoint, which :func:`tracerl.trainer.publish.publish` makes the endpoint serve as
-   the next policy version.
+3. the configured backend (``--backend torch|openrlhf``, the trainer ``tracerl train``
+   uses, :func:`~tracerl.trainer.training.backend.load_trainer`) takes clipped
+   policy-gradient steps on them, plus a few replayed supervised samples (with the tiny
+   model, the recipe's format turns, so that training one sub-agent's calls does not wear
+   down another's format; with ``--model`` and ``--replay``, the policy's own best-rewarded
+   outputs), and writes a checkpoint, which :func:`tracerl.trainer.publish.publish` makes
+   the endpoint serve as the next policy version. Only the newest ``keep_checkpoints``
+   checkpoints stay on disk.
 
 The endpoint is tracerl's built-in server or ``vllm serve`` (``LoopConfig.server``),
 started on the starting policy for the whole run.
@@ -32,7 +35,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import duckdb
@@ -40,11 +43,13 @@ import duckdb
 from tracerl.schemas import attributes as A
 from tracerl.trainer.loop.config import SERVERS, LoopConfig
 from tracerl.trainer.loop.plots import plot_reward_curve
-from tracerl.trainer.loop.recipe import AGENT_CONCURRENCY_ENV, POLICY_MODEL_NAME, AgentRecipe, Task
+from tracerl.trainer.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME, AgentRecipe, Task
 from tracerl.trainer.loop.warm_start import starting_policy, supervised_samples
 from tracerl.trainer.publish import BuiltinServer, PublishTarget, VllmReload, publish
+from tracerl.trainer.serving.vllm_process import VllmOptions
+from tracerl.trainer.training.backend import PolicyGradientTrainer, load_trainer
+from tracerl.trainer.training.checkpoint import prune_checkpoints
 from tracerl.trainer.training.dataset import Sample, read_dataset
-from tracerl.trainer.training.torch_backend import PolicyTrainer
 
 
 class AgentRunError(RuntimeError):
@@ -60,7 +65,7 @@ class PolicyEndpoint:
 
 
 @contextmanager
-def policy_endpoint(server: str, start: Path, tool_call_parser: str | None = None) -> Iterator[PolicyEndpoint]:
+def policy_endpoint(server: str, start: Path, tool_call_parser: str | None = None, vllm: VllmOptions = VllmOptions()) -> Iterator[PolicyEndpoint]:
     """``server`` (one of ``SERVERS``) serving ``start`` as policy version 0 until the block ends."""
     if server == "tracerl":
         from tracerl.trainer.serving.app import running_server
@@ -70,8 +75,8 @@ def policy_endpoint(server: str, start: Path, tool_call_parser: str | None = Non
     elif server == "vllm":
         from tracerl.trainer.serving.vllm_process import running_vllm
 
-        with running_vllm(start, served_model_name=POLICY_MODEL_NAME, tool_call_parser=tool_call_parser) as vllm:
-            yield PolicyEndpoint(vllm.base_url, VllmReload(vllm.base_url, served_checkpoint=start))
+        with running_vllm(start, served_model_name=POLICY_MODEL_NAME, tool_call_parser=tool_call_parser, options=vllm) as served:
+            yield PolicyEndpoint(served.base_url, VllmReload(served.base_url, served_checkpoint=start))
     else:
         raise ValueError(f"unknown server {server!r}: use one of {', '.join(SERVERS)}")
 
@@ -86,7 +91,7 @@ def write_round_tasks(path: Path, train: list[Task], held_out: list[Task], cfg: 
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
 
 
-def run_agent(recipe: AgentRecipe, tasks_file: Path, data_dir: Path, base_url: str, concurrency: int) -> None:
+def run_agent(recipe: AgentRecipe, tasks_file: Path, data_dir: Path, base_url: str, concurrency: int, max_tokens: int | None = None) -> None:
     """Run the recipe's agent with capture switched on by environment variables only."""
     env = {
         **os.environ,
@@ -95,6 +100,7 @@ def run_agent(recipe: AgentRecipe, tasks_file: Path, data_dir: Path, base_url: s
         "TRACERL_DATA_DIR": str(data_dir),
         "OTEL_SERVICE_NAME": recipe.name,
         AGENT_CONCURRENCY_ENV: str(concurrency),
+        **({AGENT_MAX_TOKENS_ENV: str(max_tokens)} if max_tokens else {}),
     }
     command = [sys.executable, "-m", "tracerl", "run", "--", *recipe.agent_argv, str(tasks_file)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
@@ -120,11 +126,27 @@ def mean_rewards_by_split(data_dir: Path) -> dict[str, float]:
     return {split: float(value) for split, value in duckdb.sql(query).fetchall()}
 
 
-def format_replay_samples(recipe: AgentRecipe, trainer: PolicyTrainer, train_tasks: list[Task], cfg: LoopConfig) -> list[Sample]:
-    """The recipe's turns to keep, as supervised samples (none without ``format_replay`` or with ``replay_samples`` 0)."""
+def format_replay_samples(recipe: AgentRecipe, trainer: PolicyGradientTrainer, train_tasks: list[Task], cfg: LoopConfig) -> list[Sample]:
+    """The recipe's turns to keep, as supervised samples (none without ``format_replay`` or with ``replay_samples`` 0).
+
+    Only for the recipe's own warm-started tiny model: its format is the tiny model's, never a real model's.
+    """
     if recipe.format_replay is None or cfg.replay_samples <= 0:
         return []
     return supervised_samples(trainer.tokenizer, recipe.format_replay(train_tasks, cfg.seed))
+
+
+def rewarded_outputs(samples: list[Sample]) -> list[Sample]:
+    """A round's calls whose episode did better than its group (advantage > 0), as supervised samples:
+    what ``--replay`` keeps of a real model's own outputs."""
+    return [replace(s, target_only=True, response_logprobs=None) for s in samples if s.advantage > 0 and not s.target_only]
+
+
+def training_setup(cfg: LoopConfig) -> LoopConfig:
+    """``cfg`` with the learning rate resolved: given, else the recipe's for its tiny model, else the default for what is trained."""
+    if cfg.train.learning_rate is None and not cfg.model:
+        return replace(cfg, train=replace(cfg.train, learning_rate=cfg.tiny_learning_rate))
+    return cfg
 
 
 def run_loop(
@@ -146,12 +168,15 @@ def run_loop(
     metrics_path = out / "metrics.jsonl"
     metrics_path.write_text("")
     phase(0, "preparing the starting policy")
+    cfg = training_setup(cfg)
     start = Path(cfg.model) if cfg.model else starting_policy(recipe, cfg.seed, cfg.data)
-    trainer = PolicyTrainer(start, cfg.train)
+    trainer = load_trainer(cfg.backend, start, cfg.train, cfg.openrlhf)
+    phase(0, f"training with {cfg.backend} on {trainer.device}, learning rate {trainer.learning_rate:g}")
     train_tasks, held_out = recipe.tasks(cfg.seed, cfg.data)
-    replay = format_replay_samples(recipe, trainer, train_tasks, cfg)
+    replay_on = cfg.replay if cfg.replay is not None else not cfg.model
+    replay = format_replay_samples(recipe, trainer, train_tasks, cfg) if replay_on and not cfg.model else []
     rows: list[dict] = []
-    with nullcontext(endpoint) if endpoint else policy_endpoint(cfg.server, start, cfg.tool_call_parser) as served:
+    with nullcontext(endpoint) if endpoint else policy_endpoint(cfg.server, start, cfg.tool_call_parser, cfg.vllm) as served:
         for rnd in range(cfg.rounds + 1):
             t0 = time.time()
             round_dir = out / "rounds" / f"{rnd:03d}"
@@ -159,7 +184,7 @@ def run_loop(
             tasks_file = round_dir / "tasks.jsonl"
             write_round_tasks(tasks_file, train_tasks, held_out, cfg, rnd)
             phase(rnd, "running the agent")
-            run_agent(recipe, tasks_file, round_dir / "data", served.base_url, cfg.concurrency)
+            run_agent(recipe, tasks_file, round_dir / "data", served.base_url, cfg.concurrency, cfg.max_tokens)
             rewards = mean_rewards_by_split(round_dir / "data")
             phase(rnd, "building the dataset")
             manifest = build_dataset(
@@ -178,11 +203,15 @@ def run_loop(
                 samples, skipped = read_dataset(round_dir / "dataset")
                 kept = random.Random(cfg.seed * 1000 + rnd).sample(replay, min(cfg.replay_samples, len(replay)))
                 stats = trainer.train(samples + kept)
+                if replay_on and cfg.model:  # a real model replays its own best outputs, from the next round on
+                    replay = (replay + rewarded_outputs(samples))[-4 * max(cfg.replay_samples, 1) :]
                 checkpoint = trainer.save(out / "policy" / f"v{rnd + 1}")
                 publish(checkpoint, served.target, version=rnd + 1)
+                prune_checkpoints(sorted((out / "policy").glob("v*"), key=lambda p: int(p.name[1:])), keep=cfg.keep_checkpoints)
                 row.update(
                     train_loss=stats.loss, clip_fraction=stats.clip_fraction, approx_kl=stats.approx_kl,
-                    served_logprob_gap=stats.served_logprob_gap, skipped=skipped,
+                    served_logprob_gap=stats.served_logprob_gap, is_filtered_fraction=stats.is_filtered_fraction, entropy=stats.entropy,
+                    train_seconds=stats.seconds, peak_memory_bytes=stats.peak_memory_bytes, skipped=skipped,
                 )
             row["seconds"] = round(time.time() - t0, 2)
             rows.append(row)

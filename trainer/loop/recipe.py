@@ -23,6 +23,7 @@ from tracerl.trainer.loop.config import LoopConfig
 Task = dict[str, Any]  # one line of a tasks file: "task_id", "split", and what the agent reads
 POLICY_MODEL_NAME = "policy"  # the model name agents send; `vllm serve` is started under it
 AGENT_CONCURRENCY_ENV = "TRACERL_AGENT_CONCURRENCY"  # how many episodes an agent program runs at once
+AGENT_MAX_TOKENS_ENV = "TRACERL_AGENT_MAX_TOKENS"  # max_tokens per LLM call (a real model needs more than the tiny one)
 
 
 @dataclass(frozen=True)

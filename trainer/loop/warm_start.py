@@ -23,7 +23,7 @@ from tracerl.trainer.serving.protocol import ChatCompletionRequest
 from tracerl.trainer.tiny_model import build_tiny_model, default_cache_dir, tiny_model_key
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import Sample
-from tracerl.trainer.training.torch_backend import TRAINER_STATE_FILE, PolicyTrainer
+from tracerl.trainer.training.torch_backend import PolicyTrainer
 
 WARM_START_LEARNING_RATE = 1e-3
 
@@ -53,8 +53,7 @@ def starting_policy(recipe: AgentRecipe, seed: int, data: Path | None = None) ->
             for _ in range(stage.max_epochs):
                 if trainer.train(samples, epochs=1).loss < stage.stop_below_loss:
                     break
-        trainer.save(tmp)
-        (tmp / TRAINER_STATE_FILE).unlink()  # RL starts with a fresh optimizer
+        trainer.save(tmp)  # weights only: RL starts with a fresh optimizer
     try:
         os.replace(tmp, path)
     except OSError:  # another process won the race; its policy is built from the same seed

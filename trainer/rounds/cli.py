@@ -23,6 +23,7 @@ import typer
 
 from tracerl.trainer.publish import BuiltinServer
 from tracerl.trainer.rounds.config import Endpoint, RoundConfig, RoundConfigError, load_config
+from tracerl.trainer.training.options import pop_training_overrides, training_parameters
 
 # status -> exit code: 0 nothing to alert on; the others each mean one thing to look at
 EXIT_CODES = {
@@ -35,6 +36,7 @@ EXIT_CODES = {
     "publish_failed": 4,  # trained, not served: the next run publishes the same checkpoint again
     "report_failed": 5,  # recorded and served, but report.html was not refreshed
     "held": 6,  # the gate held the checkpoint back: it scored worse than the served policy (not published)
+    "skipped": 0,  # every row of the round was older than max_policy_lag: its files set aside (registry "skipped"), no version made
 }
 
 _CONFIG = typer.Option(None, "--config", "-c", help="TOML file of the round (trainer/rounds/config.py shows every key).")
@@ -51,11 +53,20 @@ def _emit(summary: dict[str, Any]) -> int:
 
 
 def _config_from_options(config: Path | None, **options: Any) -> RoundConfig:
+    """The round's configuration: the file, the round options on top, then the training options (training/options.py)."""
+    import dataclasses
+
+    training = pop_training_overrides(options)
     endpoints = options.pop("endpoint") or []
     kind = options.pop("endpoint_kind")
     options["endpoints"] = [Endpoint(url, kind) for url in endpoints] or None
     options["splits"] = tuple(options.pop("split")) or None
-    return load_config(config, **options)
+    cfg = load_config(config, **options)
+    try:
+        backend, train, openrlhf = training.apply(cfg.backend, cfg.train, cfg.openrlhf)
+    except typer.BadParameter as exc:
+        raise RoundConfigError(f"{exc.param_hint}: {exc.message}") from None
+    return dataclasses.replace(cfg, backend=backend, train=train, openrlhf=openrlhf)
 
 
 def one_round(cfg: RoundConfig, should_stop: Any = lambda: False) -> dict[str, Any]:
@@ -88,17 +99,17 @@ def run(
     max_policy_lag: Optional[int] = typer.Option(None, "--max-policy-lag", min=0, metavar="K", help="Skip rows sampled more than K versions back."),
     split: list[str] = typer.Option([], "--split", help="Train on episodes of this split (repeatable)."),
     agents: Optional[str] = typer.Option(None, "--agents", help="Train these agents' calls (build-dataset --agents)."),
-    backend: Optional[str] = typer.Option(None, "--backend", help="torch or openrlhf."),
     endpoint: list[str] = typer.Option([], "--endpoint", help="Publish to this endpoint (repeatable; replaces the file's)."),
     endpoint_kind: str = typer.Option(BuiltinServer.kind, "--endpoint-kind", help="What serves at --endpoint."),
     eval_command: Optional[str] = typer.Option(None, "--eval", help="Gate: a command printing a checkpoint's held-out reward ({checkpoint} replaced)."),
     gate_margin: Optional[float] = typer.Option(None, "--gate-margin", min=0.0, help="Gate: hold a checkpoint scoring worse than the served one by more."),
+    **training: Any,
 ) -> None:
     """One scheduled round, then exit: new episodes -> dataset -> train -> publish -> record -> report."""
     try:
         cfg = _config_from_options(config, spans=spans, state=state, model=model, min_episodes=min_episodes, max_policy_lag=max_policy_lag,
-                                   split=split, agents=agents, backend=backend, endpoint=endpoint, endpoint_kind=endpoint_kind,
-                                   eval_command=eval_command, gate_margin=gate_margin)
+                                   split=split, agents=agents, endpoint=endpoint, endpoint_kind=endpoint_kind,
+                                   eval_command=eval_command, gate_margin=gate_margin, **training)
     except RoundConfigError as exc:
         raise typer.Exit(_emit({"status": "config_error", "reason": str(exc)})) from None
     raise typer.Exit(_emit(one_round(cfg)))
@@ -139,7 +150,13 @@ def loop(every: str, **options: Any) -> None:
 loop.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
     inspect.Parameter("every", inspect.Parameter.POSITIONAL_OR_KEYWORD,
                       default=typer.Option(..., "--every", help="Start a round this often (30s, 10m, 1h)."), annotation=str),
-    *(p.replace(annotation=typing.get_type_hints(run)[p.name]) for p in inspect.signature(run).parameters.values()),
+    *(p.replace(annotation=typing.get_type_hints(run)[p.name]) for p in inspect.signature(run).parameters.values() if p.kind != p.VAR_KEYWORD),
+    *training_parameters(),
+])
+# run takes every training option too (the same as `tracerl train`'s)
+run.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+    *(p.replace(annotation=typing.get_type_hints(run)[p.name]) for p in inspect.signature(run).parameters.values() if p.kind != p.VAR_KEYWORD),
+    *training_parameters(),
 ])
 
 

@@ -62,21 +62,33 @@ class PolicyRegistry:
         known = ", ".join(str(e["version"]) for e in self.entries()) or "none yet"
         raise RegistryError(f"no policy version {version} in {self.path} (versions: {known}; see `tracerl policy list`)")
 
+    def skipped(self) -> list[dict[str, Any]]:
+        """Rounds that had nothing to train on (every row too stale), oldest first: their files, why, when."""
+        if not self.path.is_file():
+            return []
+        return json.loads(self.path.read_text(encoding="utf-8")).get("skipped", [])
+
     def claimed_files(self) -> set[str]:
-        """Names of the dataset files some recorded version trained on."""
-        return {name for entry in self.entries() for name in (entry.get("dataset") or {}).get("files", [])}
+        """Names of the dataset files some recorded version trained on, or a skipped round set aside."""
+        trained = {name for entry in self.entries() for name in (entry.get("dataset") or {}).get("files", [])}
+        return trained | {name for record in self.skipped() for name in record.get("files", [])}
+
+    def record_skip(self, record: dict[str, Any]) -> None:
+        """Set a round's files aside (no version is made): the next round does not meet them again."""
+        self._write(self.entries(), [*self.skipped(), record])
 
     def append(self, entry: dict[str, Any]) -> None:
         """Record ``entry`` as the newest version (its ``version`` must follow the latest's)."""
         entries = self.entries()
         if entries and entry["version"] != entries[-1]["version"] + 1:
             raise RegistryError(f"version {entry['version']} does not follow {entries[-1]['version']} in {self.path}")
-        self._write([*entries, entry])
+        self._write([*entries, entry], self.skipped())
 
-    def _write(self, entries: list[dict[str, Any]]) -> None:
+    def _write(self, entries: list[dict[str, Any]], skipped: list[dict[str, Any]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_name(f".{self.path.name}.partial")
-        partial.write_text(json.dumps({"policies": entries}, indent=1) + "\n", encoding="utf-8")
+        body = {"policies": entries, **({"skipped": skipped} if skipped else {})}
+        partial.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
         fsync_file(partial)
         os.replace(partial, self.path)
         fsync_dir(self.path.parent)

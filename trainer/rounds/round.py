@@ -157,7 +157,7 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
     summary.episodes, summary.transitions = len(episodes), _rows(plan)
 
     if not checkpoint.exists():
-        from tracerl.trainer.training.dataset import DatasetError
+        from tracerl.trainer.training.dataset import DatasetError, StaleDatasetError
         from tracerl.trainer.training.run import train_checkpoint
 
         with clock("train"):
@@ -167,6 +167,12 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
                     options=config.openrlhf if config.backend == "openrlhf" else None, max_policy_lag=config.max_policy_lag,
                     version=version, on_saving=lambda: clock.mark("checkpoint"),
                 )
+            except StaleDatasetError as exc:  # never a blocker: set the files aside, record why, go on
+                files = sorted(f.name for f in transition_files(plan))
+                registry.record_skip({"round": version, "files": files, "episodes": len(episodes), "reason": str(exc), "at": utc_now()})
+                shutil.rmtree(plan)
+                summary.status, summary.version, summary.reason = "skipped", None, f"round {version} skipped: {exc}"
+                return summary
             except DatasetError as exc:
                 raise RoundFailed("failed", f"round {version} cannot train on {plan}: {exc}") from exc
     manifest = read_checkpoint_manifest(checkpoint) or {}

@@ -65,14 +65,45 @@ def vllm_python() -> str:
     )
 
 
+@dataclass(frozen=True)
+class VllmOptions:
+    """How ``vllm serve`` runs, as users run it: the model's dtype and CUDA graphs on a GPU.
+
+    ``None`` fields take what suits the machine: on a GPU ``--dtype auto`` (bf16 for today's
+    instruct models) and CUDA graphs; without CUDA (vLLM's CPU build, the tests) float32, so
+    served log-probs match the float32 trainer's, and eager mode (torch.compile on CPU costs a
+    minute at start for nothing).
+    """
+
+    dtype: str | None = None
+    enforce_eager: bool | None = None
+    gpu_memory_utilization: float | None = None  # vLLM's default 0.9; lower it to share the GPU with training
+    max_model_len: int | None = None  # vLLM's default: the model's context
+
+    def arguments(self, cuda: bool) -> list[str]:
+        dtype = self.dtype or ("auto" if cuda else "float32")
+        eager = self.enforce_eager if self.enforce_eager is not None else not cuda
+        args = ["--dtype", dtype, *(["--enforce-eager"] if eager else [])]
+        if self.gpu_memory_utilization is not None:
+            args += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        if self.max_model_len is not None:
+            args += ["--max-model-len", str(self.max_model_len)]
+        return args
+
+
 def vllm_command(
-    python: str, model: Path, *, served_model_name: str, host: str, port: int, dtype: str, lora_rank: int | None,
-    tool_call_parser: str | None = None,
+    python: str, model: Path, *, served_model_name: str, host: str, port: int, options: VllmOptions, lora_rank: int | None,
+    tool_call_parser: str | None = None, cuda: bool | None = None,
 ) -> list[str]:
+    """The ``vllm serve`` command line; ``cuda`` (default: whether torch here sees a GPU) picks the defaults of ``options``."""
+    if cuda is None:
+        from tracerl.trainer.training.device import cuda_available
+
+        cuda = cuda_available()
     command = [
         python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
         "--served-model-name", served_model_name, "--host", host, "--port", str(port),
-        "--dtype", dtype, "--enforce-eager", "--middleware", MIDDLEWARE,
+        *options.arguments(cuda), "--middleware", MIDDLEWARE,
     ]
     if tool_call_parser:  # agents that send `tools` get a 400 from vLLM without it
         command += ["--enable-auto-tool-choice", "--tool-call-parser", tool_call_parser]
@@ -89,7 +120,7 @@ def running_vllm(
     lora_rank: int | None = None,
     tool_call_parser: str | None = None,
     dev_mode: bool = True,
-    dtype: str = "float32",
+    options: VllmOptions = VllmOptions(),
     policy_version: int = 0,
     host: str = "127.0.0.1",
     log_path: str | os.PathLike | None = None,
@@ -104,7 +135,7 @@ def running_vllm(
         env["VLLM_SERVER_DEV_MODE"] = "1"
     if lora_rank is not None:
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
-    command = vllm_command(vllm_python(), Path(model), served_model_name=served_model_name, host=host, port=port, dtype=dtype, lora_rank=lora_rank,
+    command = vllm_command(vllm_python(), Path(model), served_model_name=served_model_name, host=host, port=port, options=options, lora_rank=lora_rank,
                            tool_call_parser=tool_call_parser)
     with log.open("wb") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -73,3 +73,25 @@ def read_checkpoint_manifest(checkpoint: str | os.PathLike) -> dict | None:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path} is not a checkpoint manifest ({exc}): delete it, or train that checkpoint again") from None
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def prune_checkpoints(checkpoints: list[Path], *, keep: int, protected: set[Path] = frozenset()) -> list[Path]:
+    """Delete the weights of all but the newest ``keep`` of ``checkpoints`` (oldest first) and of none in ``protected``.
+
+    A pruned checkpoint keeps its config and manifest, so what it was stays readable; its weights
+    (full or adapter, and optimizer state) go. Returns the pruned folders. Why: a 1.5-3B model's
+    full checkpoint is 6-12 GB, and one per round fills a disk in a few rounds.
+    """
+    pruned = []
+    for path in checkpoints[: max(len(checkpoints) - keep, 0)]:
+        if path.resolve() in {p.resolve() for p in protected}:
+            continue
+        weights = [f for f in path.iterdir() if f.is_file() and f.suffix in WEIGHT_SUFFIXES]
+        for f in weights:
+            f.unlink()
+        if weights:
+            pruned.append(path)
+    return pruned

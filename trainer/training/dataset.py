@@ -39,6 +39,10 @@ class EmptyDatasetError(DatasetError):
     """The dataset holds no usable transition."""
 
 
+class StaleDatasetError(EmptyDatasetError):
+    """Every row was sampled by a policy too many versions old: nothing to train, and nothing wrong with the data."""
+
+
 class DatasetVersionError(DatasetError):
     """The dataset was built with another schema version than this tracerl reads."""
 
@@ -129,7 +133,10 @@ def read_dataset(
             skip("logprobs of wrong length (ignored)")
         samples.append(sample)
     if max_policy_lag is not None:
-        samples = _within_policy_lag(samples, max_policy_lag, policy_version, skip)
+        fresh = _within_policy_lag(samples, max_policy_lag, policy_version, skip)
+        if samples and not fresh:
+            raise StaleDatasetError(f"{folder}: every row is more than {max_policy_lag} policy versions old (skipped: {skipped})")
+        samples = fresh
     if not samples:
         raise EmptyDatasetError(f"{folder} holds no usable transition (skipped: {skipped})")
     samples.sort(key=_content_order)

@@ -76,16 +76,26 @@ class TrainingOverrides:
         return backend, config, options
 
 
+def training_parameters() -> list[inspect.Parameter]:
+    """The training options as keyword parameters, for a command's ``__signature__``."""
+    return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation) for name, (_, annotation, option) in _OPTIONS.items()]
+
+
+def pop_training_overrides(kwargs: dict[str, Any]) -> TrainingOverrides:
+    """Take the training options out of a command's keyword arguments."""
+    return TrainingOverrides({name: kwargs.pop(name, None) for name in _OPTIONS})
+
+
 def with_training_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Give ``command`` (which takes ``training: TrainingOverrides``) every training option."""
     signature = inspect.signature(command)
     own = [p for p in signature.parameters.values() if p.name != "training"]
-    shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation) for name, (_, annotation, option) in _OPTIONS.items()]
+    shared = training_parameters()
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        values = {name: kwargs.pop(name, None) for name in _OPTIONS}
-        return command(*args, training=TrainingOverrides(values), **kwargs)
+        training = pop_training_overrides(kwargs)
+        return command(*args, training=training, **kwargs)
 
     wrapper.__signature__ = signature.replace(parameters=[*own, *shared])  # type: ignore[attr-defined]
     return wrapper

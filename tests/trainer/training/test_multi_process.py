@@ -1,0 +1,68 @@
+"""Several processes for real: `torchrun --nproc_per_node 2` (gloo on CPU) trains one round of the
+OpenRLHF backend, and its checkpoint is the one-process checkpoint (data parallelism splits each
+minibatch over the ranks; the gradients averaged are the whole minibatch's). Rank 0 alone writes
+and publishes: the server's version advances once."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tracerl.trainer.serving.app import running_server
+from tracerl_testing.installed import require_openrlhf
+
+require_openrlhf()
+
+pytestmark = pytest.mark.slow
+
+ROWS = [([10, 11, 12, 13], [40, 41], 1.0), ([10, 11, 12, 14], [50, 51, 52], -1.0), ([10, 12, 13], [60], 0.5), ([11, 12, 13], [70, 71], -0.5)] * 2
+
+
+def _train_command(launcher: list[str], dataset: Path, model: Path, out: Path, extra: list[str] = ()) -> list[str]:
+    return [*launcher, "train", "--backend", "openrlhf", "--dataset", str(dataset), "--model", str(model), "--out", str(out),
+            "--lr", "1e-2", "--epochs", "2", "--minibatch-size", "4", "--zero-stage", "2", *extra]
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env={**env, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(next(folder.glob("*.safetensors")))
+
+
+@pytest.fixture()
+def dataset(tmp_path, write_dataset):
+    rows = [{"prompt_token_ids": p, "response_token_ids": r, "response_logprobs": None, "advantage": a} for p, r, a in ROWS]
+    return write_dataset(tmp_path / "ds", rows)
+
+
+def test_two_processes_under_torchrun_train_the_one_process_checkpoint_and_publish_once(tiny_checkpoint, dataset, tmp_path):
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    one = _run(_train_command([sys.executable, "-m", "tracerl"], dataset, tiny_checkpoint, tmp_path / "one"))
+    with running_server(tiny_checkpoint) as server:
+        two = _run(_train_command([torchrun, "--nproc_per_node", "2", "--master_port", "0", "-m", "tracerl"], dataset, tiny_checkpoint, tmp_path / "two",
+                                  ["--server", server.base_url]))
+        lines = [json.loads(line) for line in two.stdout.splitlines() if line.startswith("{")]
+        assert len(lines) == 1 and lines[0]["policy_version"] == 1 and lines[0]["world_size"] == 2  # rank 0 alone speaks and publishes
+        import httpx
+
+        assert httpx.get(f"{server.base_url.removesuffix('/v1')}/health").json()["policy_version"] == 1
+    single = json.loads(one.stdout.splitlines()[-1])
+    assert single["steps"] == lines[0]["steps"] == 4 and single["tokens"] == lines[0]["tokens"]
+    assert lines[0]["loss"] == pytest.approx(single["loss"], abs=1e-5)
+    theirs, ours = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    assert theirs.keys() == ours.keys()
+    for name in theirs:
+        torch.testing.assert_close(ours[name], theirs[name], atol=1e-5, rtol=1e-4, msg=name)
