@@ -71,6 +71,9 @@ def train(
             )
     except DatasetError as exc:
         raise typer.BadParameter(str(exc), param_hint="--dataset") from exc
+    from tracerl.trainer.training.device import end_process_group
+
+    end_process_group()  # every rank has saved; publishing is rank 0's alone
     checkpoint, manifest, stats, skipped = trained.checkpoint, trained.manifest, trained.metrics, trained.skipped
     if not trained.lead:
         return

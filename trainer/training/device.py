@@ -125,3 +125,13 @@ def peak_memory_bytes(device=None) -> int:
         return int(torch.cuda.max_memory_allocated(device))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)  # Linux reports KiB
+
+
+def end_process_group() -> None:
+    """Leave the data-parallel group once training is done, so every rank's process can exit
+    (a gloo or NCCL group left open keeps its threads, and torchrun waits on them)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

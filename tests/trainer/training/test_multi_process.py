@@ -16,6 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tracerl.net import free_port
 from tracerl.trainer.serving.app import running_server
 from tracerl_testing.installed import require_openrlhf
 
@@ -52,7 +53,7 @@ def test_two_processes_under_torchrun_train_the_one_process_checkpoint_and_publi
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     one = _run(_train_command([sys.executable, "-m", "tracerl"], dataset, tiny_checkpoint, tmp_path / "one"))
     with running_server(tiny_checkpoint) as server:
-        two = _run(_train_command([torchrun, "--nproc_per_node", "2", "--master_port", "0", "-m", "tracerl"], dataset, tiny_checkpoint, tmp_path / "two",
+        two = _run(_train_command([torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "tracerl"], dataset, tiny_checkpoint, tmp_path / "two",
                                   ["--server", server.base_url]))
         lines = [json.loads(line) for line in two.stdout.splitlines() if line.startswith("{")]
         assert len(lines) == 1 and lines[0]["policy_version"] == 1 and lines[0]["world_size"] == 2  # rank 0 alone speaks and publishes
