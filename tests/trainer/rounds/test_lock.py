@@ -42,3 +42,4 @@ def test_the_lock_is_not_reentrant_within_a_process_either(tmp_path):
         with pytest.raises(RoundLocked):
             with round_lock(tmp_path):
                 pass
+

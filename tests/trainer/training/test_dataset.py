@@ -125,3 +125,13 @@ def test_unusable_rows_are_counted_and_an_all_unusable_dataset_refused(tmp_path,
     assert skipped == {"empty response": 1, "logprobs of wrong length (ignored)": 1}
     with pytest.raises(EmptyDatasetError, match="empty response"):
         read_dataset(write_dataset(tmp_path / "b", [{**row, "response_token_ids": []}]))
+
+
+def test_a_dataset_whose_every_row_is_too_stale_says_so_apart_from_other_empty_datasets(tmp_path, write_dataset):
+    """A scheduled round sets such a round aside instead of failing on it every run (rounds/round.py)."""
+    from tracerl.trainer.training.dataset import StaleDatasetError
+
+    write_dataset(tmp_path / "ds", [{"prompt_token_ids": [5, 6], "response_token_ids": [7], "response_logprobs": None, "advantage": 1.0}] * 2)
+    with pytest.raises(StaleDatasetError, match="every row is more than 2 policy versions old"):
+        read_dataset(tmp_path / "ds", max_policy_lag=2, policy_version=10)  # the rows say version 0
+    assert len(read_dataset(tmp_path / "ds", max_policy_lag=2, policy_version=2)[0]) == 2
