@@ -17,7 +17,8 @@ import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -67,6 +68,18 @@ class PolicyGradientTrainer(ABC):
     rank: int = 0
     world_size: int = 1
 
+    def _place(self, device: torch.device) -> None:
+        """Train on ``device``; on CPU with the configured torch threads."""
+        self.device = device
+        if device.type == "cpu" and self.config.num_threads:
+            torch.set_num_threads(self.config.num_threads)
+
+    @property
+    def gradient_checkpointing(self) -> bool:
+        """As configured; by default on with CUDA (memory is what bounds a GPU), off on CPU."""
+        configured = self.config.gradient_checkpointing
+        return configured if configured is not None else self.device.type == "cuda"
+
     def _init_order(self) -> None:
         self._generator = torch.Generator().manual_seed(self.config.seed)
 
@@ -100,13 +113,13 @@ class PolicyGradientTrainer(ABC):
         """Sum over processes (one process: as is)."""
         return values
 
+    _extra_loss_enabled = False  # True where _extra_loss adds a term (its mean is then reported)
+
     def _extra_loss(self, data: dict[str, torch.Tensor], logprobs: torch.Tensor, minibatch_samples: int) -> tuple[torch.Tensor, float] | None:
         """A term added to the objective (the OpenRLHF backend's reference KL) and its value; None: none."""
         return None
 
     def _autocast(self):
-        from contextlib import nullcontext
-
         return nullcontext()
 
     @abstractmethod
@@ -192,12 +205,8 @@ class PolicyGradientTrainer(ABC):
         metrics.peak_memory_bytes = peak_memory_bytes(self.device)
         return metrics
 
-    _extra_loss_enabled = False
-
     def _accumulate(self, batch: list[Sample], start: list[list[float]], minibatch_samples: int) -> tuple[ObjectiveSums, float, float, int]:
         """Forward and backward over ``batch`` in micro-batches; gradients add up to the minibatch's."""
-        from dataclasses import replace
-
         cfg = self.config
         sums, loss_sum, reference_sum, processed = ObjectiveSums(), 0.0, 0.0, 0
         for offset, micro in self._micro_batches(batch):

@@ -17,16 +17,14 @@ code trains on a laptop's CPU, one GPU, or many GPUs under ``torchrun`` / ``deep
 
 from __future__ import annotations
 
+import importlib
 import os
 import resource
-import socket
 import sys
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 
-# What the launchers set: torchrun all of them; deepspeed's launcher the same, plus --local_rank
-# on the command line; Slurm/MPI launchers are reached through these once mapped by the user.
-RENDEZVOUS_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+from tracerl.net import free_port
 
 
 @dataclass(frozen=True)
@@ -43,12 +41,6 @@ def cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def launch_environment(environ: MutableMapping[str, str] | None = None, *, cuda: bool | None = None) -> LaunchEnvironment:
@@ -103,9 +95,6 @@ def attention_implementation(device=None) -> str:
     device = device if device is not None else training_device()
     if device.type != "cuda":
         return "sdpa"
-    import importlib
-    import sys
-
     loaded = sys.modules.get("flash_attn_2_cuda")
     if loaded is not None:  # imported already: real, or openrlhf_compat's stand-in for missing kernels
         return "sdpa" if vars(loaded).get("tracerl_stand_in") else "flash_attention_2"

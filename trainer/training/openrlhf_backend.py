@@ -47,9 +47,7 @@ class OpenRLHFTrainer(PolicyGradientTrainer):
         self.options = opts = options or OpenRLHFOptions()
         folder = inspect_policy_folder(model_path)
         launch = launch_environment()
-        self.device = training_device(launch.local_rank)
-        if self.device.type == "cpu" and cfg.num_threads:
-            torch.set_num_threads(cfg.num_threads)
+        self._place(training_device(launch.local_rank))
         orl = self._orl = import_openrlhf()
         dtype = cfg.dtype or default_dtype(self.device)
         args = argparse.Namespace(
@@ -78,8 +76,7 @@ class OpenRLHFTrainer(PolicyGradientTrainer):
             from peft.utils import load_peft_weights
 
             set_peft_model_state_dict(actor.model, load_peft_weights(str(folder.adapter), device="cpu"))
-        checkpointing = cfg.gradient_checkpointing if cfg.gradient_checkpointing is not None else self.device.type == "cuda"
-        if checkpointing:
+        if self.gradient_checkpointing:
             actor.gradient_checkpointing_enable()
         optimizer = {
             "optim": "adam",

@@ -51,9 +51,10 @@ def train_checkpoint(
     dataset_manifest = check_schema_version(dataset)
     options = options or OpenRLHFOptions()
     trainer = load_trainer(backend, model, config, options)
-    console.print(f"training with {backend} on {trainer.device}, learning rate {trainer.learning_rate:g}, "
-                  f"micro-batch {trainer.micro_batch_size} x {trainer.world_size} process(es)", style="dim") if trainer.rank == 0 else None
     lead = trainer.rank == 0  # under a multi-GPU launcher, rank 0 speaks and publishes
+    if lead:
+        console.print(f"training with {backend} on {trainer.device}, learning rate {trainer.learning_rate:g}, "
+                      f"micro-batch {trainer.micro_batch_size} x {trainer.world_size} process(es)", style="dim")
     with Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=not lead) as bar:
         task = bar.add_task("train", total=None)
         stats = trainer.train(samples, progress=lambda done, total: bar.update(task, completed=done, total=total))

@@ -37,10 +37,8 @@ class PolicyTrainer(PolicyGradientTrainer):
         hf_logging.disable_progress_bar()  # our own progress bars say what is going on
         self.config = cfg = config or TrainConfig()
         folder = inspect_policy_folder(model_path)
-        self.device = training_device()
+        self._place(training_device())
         self.compute_dtype = torch_dtype(cfg.dtype or default_dtype(self.device))
-        if self.device.type == "cpu" and cfg.num_threads:
-            torch.set_num_threads(cfg.num_threads)
         torch.manual_seed(cfg.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(folder.path)
         model = AutoModelForCausalLM.from_pretrained(
@@ -48,8 +46,7 @@ class PolicyTrainer(PolicyGradientTrainer):
         )
         if folder.is_adapter or cfg.lora_rank > 0:
             model = self._with_lora(model, folder, cfg)
-        checkpointing = cfg.gradient_checkpointing if cfg.gradient_checkpointing is not None else self.device.type == "cuda"
-        if checkpointing:
+        if self.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.config.use_cache = False
         self.model = model.to(self.device)
