@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tracerl_testing.installed import require_openrlhf
+from tracerl_testing.processes import lone_process_env
 
 require_openrlhf()
 
@@ -19,7 +20,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
 @pytest.mark.slow
 def test_both_backends_train_a_tiny_qwen2_and_report_one_json_line(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=lone_process_env())
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 1

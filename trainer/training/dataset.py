@@ -135,7 +135,7 @@ def read_dataset(
     if max_policy_lag is not None:
         fresh = _within_policy_lag(samples, max_policy_lag, policy_version, skip)
         if samples and not fresh:
-            raise StaleDatasetError(f"{folder}: every row is more than {max_policy_lag} policy versions old (skipped: {skipped})")
+            raise StaleDatasetError(f"{folder} holds no usable transition: every row is more than {max_policy_lag} policy versions old (skipped: {skipped})")
         samples = fresh
     if not samples:
         raise EmptyDatasetError(f"{folder} holds no usable transition (skipped: {skipped})")

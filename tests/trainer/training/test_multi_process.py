@@ -6,7 +6,6 @@ and publishes: the server's version advances once."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from safetensors.torch import load_file
 from tracerl.net import free_port
 from tracerl.trainer.serving.app import running_server
 from tracerl_testing.installed import require_openrlhf
+from tracerl_testing.processes import lone_process_env
 
 require_openrlhf()
 
@@ -33,8 +33,7 @@ def _train_command(launcher: list[str], dataset: Path, model: Path, out: Path, e
 
 
 def _run(command: list[str]) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env={**env, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=lone_process_env(OMP_NUM_THREADS="1"))
     assert done.returncode == 0, done.stderr[-4000:]
     return done
 
