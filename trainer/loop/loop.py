@@ -149,6 +149,10 @@ def training_setup(cfg: LoopConfig) -> LoopConfig:
     return cfg
 
 
+MACHINE_MEASUREMENTS = ("seconds", "train_seconds", "peak_memory_bytes")
+"""Row fields that measure the machine, not the run: the same seed reproduces every other field exactly."""
+
+
 def run_loop(
     recipe: AgentRecipe, cfg: LoopConfig, on_phase: Callable[[int, str], None] | None = None, endpoint: PolicyEndpoint | None = None
 ) -> list[dict]:
