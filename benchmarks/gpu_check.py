@@ -65,6 +65,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--micro-batch", type=int, default=None, help="samples per forward/backward (default 4, tiny 2)")
     p.add_argument("--zero-stage", type=int, default=2)
     p.add_argument("--lora-rank", type=int, default=0)
+    p.add_argument("--untied", action="store_true", help="separate input and output embeddings (Qwen2.5-1.5B ties them)")
     p.add_argument("--backends", default="torch,openrlhf")
     p.add_argument("--out", type=Path, default=Path("/tmp/tracerl-gpu-check"))
     args = p.parse_args()
@@ -180,6 +181,8 @@ def main() -> None:
     if args.device == "cuda" and device.type != "cuda":
         sys.exit("--device cuda: torch sees no GPU")
     shape = TINY if args.tiny else QWEN25_15B
+    if args.untied:
+        shape = {**shape, "tie_word_embeddings": False}
     args.out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     folder = build_model(args.out / ("tiny" if args.tiny else "qwen2.5-1.5b-shape"), shape, device)
@@ -192,7 +195,8 @@ def main() -> None:
         "torch_version": torch.__version__, "model": "tiny Qwen2" if args.tiny else "Qwen2.5-1.5B shape",
         "parameters": sum(v.numel() for v in __import__("safetensors.torch", fromlist=["load_file"]).load_file(next(folder.glob("*.safetensors"))).values()),
         "samples": args.samples, "tokens_per_sample": args.prompt_tokens + args.response_tokens, "minibatch": args.minibatch,
-        "zero_stage": args.zero_stage, "lora_rank": args.lora_rank, "build_seconds": round(build_seconds, 1),
+        "zero_stage": args.zero_stage, "lora_rank": args.lora_rank,
+        "tied_embeddings": shape["tie_word_embeddings"], "build_seconds": round(build_seconds, 1),
     }
     for backend in args.backends.split(","):
         result[backend] = check_backend(backend, folder, samples, reference, args, device)
