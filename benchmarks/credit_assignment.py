@@ -33,7 +33,7 @@ VARIANTS = [
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", default="tracerl.trainer.demo.recipe:DEMO", help="module:NAME of an AgentRecipe")
+    parser.add_argument("--recipe", default="tracerl.orchestration.demo.recipe:DEMO", help="module:NAME of an AgentRecipe")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=None, help="default: the recipe's")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (each trains on one thread)")

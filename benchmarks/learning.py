@@ -30,7 +30,7 @@ VARIANTS = {"rl": Variant("rl"), "lr0": Variant("lr0", train_changes={"learning_
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", default="tracerl.trainer.demo.recipe:DEMO", help="module:NAME of an AgentRecipe")
+    parser.add_argument("--recipe", default="tracerl.orchestration.demo.recipe:DEMO", help="module:NAME of an AgentRecipe")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=None, help="default: the recipe's")
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=sorted(VARIANTS, reverse=True),

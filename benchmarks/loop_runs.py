@@ -2,7 +2,7 @@
 
 Shared by ``learning.py`` (does RL beat its controls, on every seed?) and
 ``credit_assignment.py`` (which credit assignment learns best?). Each run is a fresh
-process (spawned) calling :func:`tracerl.trainer.loop.loop.run_loop` with the recipe's
+process (spawned) calling :func:`tracerl.orchestration.loop.loop.run_loop` with the recipe's
 defaults plus the variant's changes; ``--parallel 2`` runs two at once on two cores
 (each run trains with one thread), which is how the figures in the READMEs were taken
 unless they say otherwise.
@@ -21,8 +21,8 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from tracerl.trainer.loop.plots import reward_axes
-from tracerl.trainer.loop.recipe import AgentRecipe
+from tracerl.orchestration.loop.plots import reward_axes
+from tracerl.orchestration.loop.recipe import AgentRecipe
 
 # `examples.*` recipes import from the repository root, as their READMEs run them; spawned runs inherit sys.path
 REPO = Path(__file__).resolve().parents[1]
@@ -44,7 +44,7 @@ def load_recipe(reference: str) -> AgentRecipe:
 
 
 def _run_one(reference: str, variant: Variant, seed: int, rounds: int | None, out: str) -> dict:
-    from tracerl.trainer.loop.loop import run_loop
+    from tracerl.orchestration.loop.loop import run_loop
 
     recipe = load_recipe(reference)
     d = recipe.defaults

@@ -32,10 +32,10 @@ import duckdb
 from tracerl.collector.server import CollectorServer, Endpoints
 from tracerl.collector.service import CollectorConfig
 from tracerl.schemas import attributes as A
-from tracerl.trainer.demo import task as demo_task
-from tracerl.trainer.demo.recipe import DEMO
-from tracerl.trainer.loop.warm_start import starting_policy
-from tracerl.trainer.rounds.registry import PolicyRegistry
+from tracerl.orchestration.demo import task as demo_task
+from tracerl.orchestration.demo.recipe import DEMO
+from tracerl.orchestration.loop.warm_start import starting_policy
+from tracerl.orchestration.rounds.registry import PolicyRegistry
 from tracerl.trainer.serving.app import running_server
 
 BIN = Path(sys.executable).parent
@@ -53,7 +53,7 @@ def agent_stream(base_url: str, collector_url: str, work: Path, stop: threading.
         tasks = work / f"tasks-{worker}-{batch}.jsonl"
         picked = [train[(worker * 997 + batch * 8 + k) % len(train)] for k in range(8)]
         tasks.write_text("".join(json.dumps({**t.to_json(), "temperature": 1.0, "seed": batch * 8 + k}) + "\n" for k, t in enumerate(picked)))
-        done = subprocess.run([str(BIN / "opentelemetry-instrument"), sys.executable, "-m", "tracerl.trainer.demo.agent", str(tasks)],
+        done = subprocess.run([str(BIN / "opentelemetry-instrument"), sys.executable, "-m", "tracerl.orchestration.demo.agent", str(tasks)],
                               env=env, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             print(f"agent {worker} exited {done.returncode}: {done.stderr[-2000:]}", file=sys.stderr, flush=True)

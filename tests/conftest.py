@@ -1,4 +1,4 @@
-"""Fixtures every test area uses: a data dir, a real collector on loopback, an S3 server (moto), the spans it holds.
+"""Fixtures every test area uses: a data dir, a real collector on loopback, an S3 server (moto), the spans it holds, a tiny model.
 
 The equipment itself (readers of the written tables, load generators, scripted servers)
 lives in ``tracerl_testing`` (folder ``testing/``), importable by tests and benchmarks alike;
@@ -18,6 +18,7 @@ from moto.server import ThreadedMotoServer
 
 from tracerl.collector.server import CollectorServer, Endpoints
 from tracerl.collector.service import CollectorConfig
+from tracerl.trainer.tiny_model import build_tiny_model
 from tracerl_testing.tables import span_rows
 
 
@@ -77,3 +78,9 @@ def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 def parquet_spans() -> Callable[[Path], list[dict[str, Any]]]:
     """``parquet_spans(data_dir)``: rows of the spans table written there, in start order."""
     return span_rows
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    """A freshly initialised tiny model (seed 0) that tests may train from but not change."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)

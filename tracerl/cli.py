@@ -9,9 +9,9 @@ from tracerl.collector.cli import app as collector_app
 from tracerl.instrumentation.cli import register as register_instrumentation
 from tracerl.pipeline.cli import app as pipeline_app
 from tracerl.pipeline.cli import register_report, register_sql
-from tracerl.trainer.demo.recipe import DEMO
-from tracerl.trainer.loop.cli import loop_command
-from tracerl.trainer.rounds.cli import register as register_rounds
+from tracerl.orchestration.demo.recipe import DEMO
+from tracerl.orchestration.loop.cli import loop_command
+from tracerl.orchestration.rounds.cli import register as register_rounds
 from tracerl.trainer.serving.cli import register as register_serve
 from tracerl.trainer.training.cli import register as register_train
 

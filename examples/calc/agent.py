@@ -27,7 +27,7 @@ from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 import tracerl
 from examples.calc.task import SYSTEM_PROMPT, Task, calculator, reward, user_message
-from tracerl.trainer.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME
+from tracerl.orchestration.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME
 
 AGENT_NAME = "calculator_agent"
 # a tool call of a two-number expression is 25 tokens of the tiny model; a real model is given more by the loop's --max-tokens

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from examples.calc import task as calc
-from tracerl.trainer.loop.config import LoopConfig
-from tracerl.trainer.loop.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
+from tracerl.orchestration.loop.config import LoopConfig
+from tracerl.orchestration.loop.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
 from tracerl.trainer.serving import tool_parser
 
 OPERATIONS = tuple(calc.PHRASES)

@@ -31,7 +31,7 @@ from openai import AsyncOpenAI
 
 import tracerl
 from examples.rag import task as rag
-from tracerl.trainer.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME
+from tracerl.orchestration.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME
 
 AGENT_NAME = "rag"
 MAX_TURNS = 4  # LLM calls in one episode: two searches and the answer, and one to spare

@@ -10,8 +10,8 @@ from agents.models.chatcmpl_converter import Converter
 
 from examples.rag import task as rag
 from examples.rag.agent import search_tool
-from tracerl.trainer.loop.config import LoopConfig
-from tracerl.trainer.loop.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
+from tracerl.orchestration.loop.config import LoopConfig
+from tracerl.orchestration.loop.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
 from tracerl.trainer.serving import tool_parser
 from tracerl.trainer.training.config import TrainConfig
 

@@ -36,7 +36,7 @@ from examples.sql.task import (
     VERDICTS, Task, checker_messages, clean_query, execute, result_text, reward, rewriter_messages, schema_text,
     writer_messages,
 )
-from tracerl.trainer.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME
+from tracerl.orchestration.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME
 
 
 class State(TypedDict, total=False):

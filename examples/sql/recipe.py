@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from examples.sql import task as sql
-from tracerl.trainer.loop.config import LoopConfig
-from tracerl.trainer.loop.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
+from tracerl.orchestration.loop.config import LoopConfig
+from tracerl.orchestration.loop.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
 
 
 def tasks(seed: int, data: Path | None) -> tuple[list[Task], list[Task]]:

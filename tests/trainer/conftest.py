@@ -11,7 +11,6 @@ import pytest
 
 from tracerl.schemas import DATASET_SCHEMA, DATASET_SCHEMA_VERSION
 from tracerl.trainer.serving.app import running_server
-from tracerl.trainer.tiny_model import build_tiny_model
 from tracerl.trainer.training.dataset import MANIFEST_FILE, MANIFEST_SCHEMA_VERSION
 
 
@@ -23,12 +22,6 @@ def policy_server():
     """
     with running_server() as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory) -> Path:
-    """A freshly initialised tiny model (seed 0) that tests may train from but not change."""
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
 
 
 @pytest.fixture()

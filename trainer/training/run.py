@@ -1,7 +1,7 @@
 """One training pass, from a dataset folder and a checkpoint to a new checkpoint with its manifest.
 
 ``tracerl train`` and the scheduled rounds (``tracerl train run``,
-:mod:`tracerl.trainer.rounds`) both train through :func:`train_checkpoint`, so a round's
+:mod:`tracerl.orchestration.rounds`) both train through :func:`train_checkpoint`, so a round's
 checkpoint is exactly what ``tracerl train`` would have written from the same inputs.
 """
 

@@ -15,10 +15,10 @@ from examples.calc import task as calc
 from examples.calc.agent import AGENT_NAME
 from examples.calc.recipe import RECIPE
 from tracerl.schemas import attributes as A
-from tracerl.trainer.loop.config import LoopConfig
-from tracerl.trainer.loop.loop import run_loop
-from tracerl.trainer.loop.recipe import FormatExample
-from tracerl.trainer.loop.warm_start import supervised_samples
+from tracerl.orchestration.loop.config import LoopConfig
+from tracerl.orchestration.loop.loop import run_loop
+from tracerl.orchestration.loop.recipe import FormatExample
+from tracerl.orchestration.loop.warm_start import supervised_samples
 from tracerl.trainer.serving import tool_parser
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import read_dataset

@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 from examples.calc.recipe import RECIPE
-from tracerl.trainer.loop.loop import run_loop
+from tracerl.orchestration.loop.loop import run_loop
 
 pytestmark = [pytest.mark.slow, pytest.mark.frameworks]
 

@@ -13,10 +13,10 @@ import pytest
 from examples.rag import task as rag
 from examples.rag.recipe import RECIPE, search_call, warm_start
 from tracerl.schemas import attributes as A
-from tracerl.trainer.loop.config import LoopConfig
-from tracerl.trainer.loop.loop import run_loop
-from tracerl.trainer.loop.recipe import FormatExample
-from tracerl.trainer.loop.warm_start import supervised_samples
+from tracerl.orchestration.loop.config import LoopConfig
+from tracerl.orchestration.loop.loop import run_loop
+from tracerl.orchestration.loop.recipe import FormatExample
+from tracerl.orchestration.loop.warm_start import supervised_samples
 from tracerl.trainer.serving import tool_parser
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import read_dataset

@@ -13,10 +13,10 @@ from examples.sql import task as sql
 from examples.sql.agent import sql_db_query
 from examples.sql.recipe import RECIPE
 from tracerl.schemas import attributes as A
-from tracerl.trainer.loop.config import LoopConfig
-from tracerl.trainer.loop.loop import run_loop
-from tracerl.trainer.loop.recipe import FormatExample
-from tracerl.trainer.loop.warm_start import supervised_samples
+from tracerl.orchestration.loop.config import LoopConfig
+from tracerl.orchestration.loop.loop import run_loop
+from tracerl.orchestration.loop.recipe import FormatExample
+from tracerl.orchestration.loop.warm_start import supervised_samples
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import read_dataset
 from tracerl.trainer.training.torch_backend import PolicyTrainer

@@ -19,10 +19,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tracerl.schemas import attributes as A
-from tracerl.trainer.demo.recipe import DEMO
-from tracerl.trainer.loop.config import LoopConfig
-from tracerl.trainer.loop.loop import PolicyEndpoint, run_loop
-from tracerl.trainer.loop.warm_start import starting_policy
+from tracerl.orchestration.demo.recipe import DEMO
+from tracerl.orchestration.loop.config import LoopConfig
+from tracerl.orchestration.loop.loop import PolicyEndpoint, run_loop
+from tracerl.orchestration.loop.warm_start import starting_policy
 from tracerl.trainer.publish import VllmReload, publish
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.uvicorn_thread import serve_in_thread

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def test_a_skipped_rounds_files_are_claimed_without_making_a_version(tmp_path):
-    from tracerl.trainer.rounds.registry import PolicyRegistry
+    from tracerl.orchestration.rounds.registry import PolicyRegistry
 
     registry = PolicyRegistry(tmp_path)
     registry.append({"version": 0, "kind": "base", "parent": None, "checkpoint": "base", "published": [], "recorded_at": "t0"})

@@ -9,12 +9,12 @@ import textwrap
 
 import pytest
 
-from tracerl.trainer.rounds.lock import RoundLocked, round_lock
+from tracerl.orchestration.rounds.lock import RoundLocked, round_lock
 
 HOLD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from tracerl.trainer.rounds.lock import round_lock
+    from tracerl.orchestration.rounds.lock import round_lock
     with round_lock(Path(sys.argv[1])):
         print("held", flush=True)
         time.sleep(600)

@@ -6,7 +6,7 @@ The state folder (``RoundConfig.state``)::
     STATE/dataset/               the incremental dataset of every episode built so far
     STATE/rounds/vN/dataset/     round N's transitions: hard links to the dataset's files no version claimed yet
     STATE/policies/vN/           round N's checkpoint (tracerl_checkpoint.json inside)
-    STATE/registry.json          the recorded versions (:mod:`tracerl.trainer.rounds.registry`)
+    STATE/registry.json          the recorded versions (:mod:`tracerl.orchestration.rounds.registry`)
     STATE/metrics.jsonl          one row per trained version, from the registry (the report's --runs)
     STATE/report.html            refreshed after each round
 
@@ -45,8 +45,8 @@ import pyarrow.parquet as pq
 
 from tracerl.pipeline.dataset_folder import MANIFEST, transition_files
 from tracerl.storage import fsync_dir
-from tracerl.trainer.rounds.config import Endpoint, RoundConfig
-from tracerl.trainer.rounds.registry import PolicyRegistry
+from tracerl.orchestration.rounds.config import Endpoint, RoundConfig
+from tracerl.orchestration.rounds.registry import PolicyRegistry
 from tracerl.trainer.training.checkpoint import read_checkpoint_manifest
 
 PHASES = ("build", "train", "checkpoint", "publish", "record", "report")
@@ -95,7 +95,7 @@ class StateFolder:
 
 @dataclass
 class RoundSummary:
-    """The one JSON line a scheduler reads (``status`` and the exit code in trainer/rounds/cli.py)."""
+    """The one JSON line a scheduler reads (``status`` and the exit code in orchestration/rounds/cli.py)."""
 
     status: str = "idle"
     version: int | None = None
@@ -181,7 +181,7 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
     with clock("publish"):
         decision = None
         if config.eval_command:
-            from tracerl.trainer.rounds.gate import gate
+            from tracerl.orchestration.rounds.gate import gate
 
             decision = gate(config.eval_command, config.gate_margin, checkpoint, parent)
             summary.gate = decision

@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tracerl.pipeline.options import CREDITS
-from tracerl.trainer.loop.config import SERVERS
-from tracerl.trainer.loop.recipe import AgentRecipe
+from tracerl.orchestration.loop.config import SERVERS
+from tracerl.orchestration.loop.recipe import AgentRecipe
 from tracerl.trainer.serving.vllm_process import VllmOptions
 from tracerl.trainer.training.options import TrainingOverrides, with_training_options
 
@@ -61,7 +61,7 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
         max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="With --server vllm: its context length."),
         training: TrainingOverrides = TrainingOverrides(),
     ) -> None:
-        from tracerl.trainer.loop.loop import run_loop
+        from tracerl.orchestration.loop.loop import run_loop
 
         if server not in SERVERS:
             raise typer.BadParameter(f"{server!r} is not one of {', '.join(SERVERS)}", param_hint="--server")

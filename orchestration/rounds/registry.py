@@ -14,7 +14,7 @@ mid-write sees the old table or the new one. Each entry is a policy version:
   held back was never published; the next round trains from the one before).
 
 The episodes a version trained on are its files' episodes; the files every version
-claimed are the watermark of the next round (:mod:`tracerl.trainer.rounds.round`).
+claimed are the watermark of the next round (:mod:`tracerl.orchestration.rounds.round`).
 """
 
 from __future__ import annotations

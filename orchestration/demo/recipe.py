@@ -6,9 +6,9 @@ import random
 import sys
 from pathlib import Path
 
-from tracerl.trainer.demo import task as demo_task
-from tracerl.trainer.loop.config import LoopConfig
-from tracerl.trainer.loop.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
+from tracerl.orchestration.demo import task as demo_task
+from tracerl.orchestration.loop.config import LoopConfig
+from tracerl.orchestration.loop.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
 
 
 def tasks(seed: int, data: Path | None) -> tuple[list[Task], list[Task]]:
@@ -74,7 +74,7 @@ def answer_copies(train: list[Task], seed: int, n: int = 256) -> list[FormatExam
 DEMO = AgentRecipe(
     name="demo",
     title="tracerl demo: calculator agent, tiny model",
-    agent_argv=(sys.executable, "-m", "tracerl.trainer.demo.agent"),
+    agent_argv=(sys.executable, "-m", "tracerl.orchestration.demo.agent"),
     tasks=tasks,
     warm_start=warm_start,
     format_replay=answer_copies,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tracerl.trainer.demo import task as demo_task
+from tracerl.orchestration.demo import task as demo_task
 
 
 def test_the_word_decides_the_tool_and_only_the_true_result_is_rewarded():

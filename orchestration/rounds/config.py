@@ -62,7 +62,7 @@ class RoundConfig:
     max_policy_lag: int | None = None
     backend: str = BACKENDS[0]
     report: bool = True  # refresh STATE/report.html after each round
-    eval_command: str | None = None  # held-out evaluation of a checkpoint (trainer/rounds/gate.py): enables the gate
+    eval_command: str | None = None  # held-out evaluation of a checkpoint (orchestration/rounds/gate.py): enables the gate
     gate_margin: float = 0.0  # hold a checkpoint scoring below the current policy's score minus this
     build: BuildOptions = field(default_factory=lambda: BuildOptions(incremental=True))
     train: TrainConfig = field(default_factory=TrainConfig)

@@ -22,7 +22,7 @@ from typing import Any, Optional
 import typer
 
 from tracerl.trainer.publish import BuiltinServer
-from tracerl.trainer.rounds.config import Endpoint, RoundConfig, RoundConfigError, load_config
+from tracerl.orchestration.rounds.config import Endpoint, RoundConfig, RoundConfigError, load_config
 from tracerl.trainer.training.options import pop_training_overrides, training_parameters
 
 # status -> exit code: 0 nothing to alert on; the others each mean one thing to look at
@@ -39,7 +39,7 @@ EXIT_CODES = {
     "skipped": 0,  # every row of the round was older than max_policy_lag: its files set aside (registry "skipped"), no version made
 }
 
-_CONFIG = typer.Option(None, "--config", "-c", help="TOML file of the round (trainer/rounds/config.py shows every key).")
+_CONFIG = typer.Option(None, "--config", "-c", help="TOML file of the round (orchestration/rounds/config.py shows every key).")
 _STATE = typer.Option(None, "--state", help="The rounds' folder: dataset, checkpoints, registry, lock, report.")
 
 
@@ -71,8 +71,8 @@ def _config_from_options(config: Path | None, **options: Any) -> RoundConfig:
 
 def one_round(cfg: RoundConfig, should_stop: Any = lambda: False) -> dict[str, Any]:
     """Run one round under the lock; its summary, whatever happened (never raises but for RoundStopped)."""
-    from tracerl.trainer.rounds.lock import RoundLocked, round_lock
-    from tracerl.trainer.rounds.round import RoundFailed, RoundStopped, run_round
+    from tracerl.orchestration.rounds.lock import RoundLocked, round_lock
+    from tracerl.orchestration.rounds.round import RoundFailed, RoundStopped, run_round
 
     try:
         # stdout is the JSON line alone: what libraries print there (DeepSpeed's logger binds
@@ -125,7 +125,7 @@ def parse_period(text: str) -> float:
 
 def loop(every: str, **options: Any) -> None:
     """`train run` every period, one JSON line per round; SIGTERM or Ctrl-C stops it between phases (exit 0)."""
-    from tracerl.trainer.rounds.round import RoundStopped
+    from tracerl.orchestration.rounds.round import RoundStopped
 
     period = parse_period(every)
     try:
@@ -164,7 +164,7 @@ policy_app = typer.Typer(no_args_is_help=True, add_completion=False, help="The p
 
 
 def _registry(config: Path | None, state: Path | None) -> Any:
-    from tracerl.trainer.rounds.registry import PolicyRegistry
+    from tracerl.orchestration.rounds.registry import PolicyRegistry
 
     return PolicyRegistry(_state_of(config, state))
 
@@ -183,7 +183,7 @@ def _state_of(config: Path | None, state: Path | None) -> Path:
 @policy_app.command("list")
 def list_policies(config: Optional[Path] = _CONFIG, state: Optional[Path] = _STATE) -> None:
     """One line per version: version, kind, parent, episodes, loss, where it is served."""
-    from tracerl.trainer.rounds.registry import RegistryError
+    from tracerl.orchestration.rounds.registry import RegistryError
 
     try:
         entries = _registry(config, state).entries()
@@ -200,7 +200,7 @@ def list_policies(config: Optional[Path] = _CONFIG, state: Optional[Path] = _STA
 @policy_app.command("show")
 def show_policy(version: int = typer.Argument(...), config: Optional[Path] = _CONFIG, state: Optional[Path] = _STATE) -> None:
     """Everything recorded about VERSION, as JSON."""
-    from tracerl.trainer.rounds.registry import RegistryError
+    from tracerl.orchestration.rounds.registry import RegistryError
 
     try:
         typer.echo(json.dumps(_registry(config, state).get(version), indent=2))
@@ -217,10 +217,10 @@ def rollback_policy(
     endpoint_kind: str = typer.Option(BuiltinServer.kind, "--endpoint-kind"),
 ) -> None:
     """Publish VERSION's checkpoint again as a new version (so spans stay unambiguous); one JSON line."""
-    from tracerl.trainer.rounds.lock import RoundLocked, round_lock
-    from tracerl.trainer.rounds.registry import RegistryError
-    from tracerl.trainer.rounds.rollback import rollback
-    from tracerl.trainer.rounds.round import RoundFailed
+    from tracerl.orchestration.rounds.lock import RoundLocked, round_lock
+    from tracerl.orchestration.rounds.registry import RegistryError
+    from tracerl.orchestration.rounds.rollback import rollback
+    from tracerl.orchestration.rounds.round import RoundFailed
 
     folder = _state_of(config, state)
     endpoints = tuple(Endpoint(url, endpoint_kind) for url in endpoint) or (load_config(config).endpoints if config else ())

@@ -84,7 +84,7 @@ def test_the_cronjob_runs_the_same_command_on_the_same_schedule_one_at_a_time():
 
 
 def test_the_example_config_is_one_a_round_accepts(tmp_path, tiny_checkpoint):
-    from tracerl.trainer.rounds.config import load_config
+    from tracerl.orchestration.rounds.config import load_config
 
     text = (DEPLOY / "round.toml").read_text().replace('model = "policy-v0"', f'model = "{tiny_checkpoint}"')
     (tmp_path / "round.toml").write_text(text)

@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from tracerl.trainer.demo.recipe import DEMO
-from tracerl.trainer.loop.loop import MACHINE_MEASUREMENTS, run_loop
+from tracerl.orchestration.demo.recipe import DEMO
+from tracerl.orchestration.loop.loop import MACHINE_MEASUREMENTS, run_loop
 
 pytestmark = pytest.mark.slow
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.storage import fsync_dir
-from tracerl.trainer.rounds.config import Endpoint
-from tracerl.trainer.rounds.registry import PolicyRegistry, RegistryError
-from tracerl.trainer.rounds.round import StateFolder, utc_now, publish_everywhere
+from tracerl.orchestration.rounds.config import Endpoint
+from tracerl.orchestration.rounds.registry import PolicyRegistry, RegistryError
+from tracerl.orchestration.rounds.round import StateFolder, utc_now, publish_everywhere
 from tracerl.trainer.training.checkpoint import read_checkpoint_manifest, write_checkpoint_manifest
 
 

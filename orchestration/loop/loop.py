@@ -41,10 +41,10 @@ from pathlib import Path
 import duckdb
 
 from tracerl.schemas import attributes as A
-from tracerl.trainer.loop.config import SERVERS, LoopConfig
-from tracerl.trainer.loop.plots import plot_reward_curve
-from tracerl.trainer.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME, AgentRecipe, Task
-from tracerl.trainer.loop.warm_start import starting_policy, supervised_samples
+from tracerl.orchestration.loop.config import SERVERS, LoopConfig
+from tracerl.orchestration.loop.plots import plot_reward_curve
+from tracerl.orchestration.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME, AgentRecipe, Task
+from tracerl.orchestration.loop.warm_start import starting_policy, supervised_samples
 from tracerl.trainer.publish import BuiltinServer, PublishTarget, VllmReload, publish
 from tracerl.trainer.serving.vllm_process import VllmOptions
 from tracerl.trainer.training.backend import PolicyGradientTrainer, load_trainer

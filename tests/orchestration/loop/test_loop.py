@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from tracerl.trainer.demo.recipe import DEMO
-from tracerl.trainer.loop.config import LoopConfig
-from tracerl.trainer.loop.loop import run_loop
+from tracerl.orchestration.demo.recipe import DEMO
+from tracerl.orchestration.loop.config import LoopConfig
+from tracerl.orchestration.loop.loop import run_loop
 from tracerl.trainer.tiny_model import build_tiny_model
 from tracerl.trainer.training.config import TrainConfig
 

@@ -8,8 +8,8 @@ import httpx
 from typer.testing import CliRunner
 
 from tracerl.cli import app
-from tracerl.trainer.rounds.lock import round_lock
-from tracerl.trainer.rounds.registry import PolicyRegistry
+from tracerl.orchestration.rounds.lock import round_lock
+from tracerl.orchestration.rounds.registry import PolicyRegistry
 from tracerl.trainer.serving.app import running_server
 from tracerl.trainer.training.checkpoint import read_checkpoint_manifest
 from tracerl.net import free_port
@@ -90,8 +90,8 @@ def test_rollback_serves_an_older_checkpoint_as_a_new_version_and_list_shows_it(
     config = round_config()
     state = tmp_path / "state"
     runner = CliRunner()
-    from tracerl.trainer.rounds.config import load_config
-    from tracerl.trainer.rounds.round import ensure_base
+    from tracerl.orchestration.rounds.config import load_config
+    from tracerl.orchestration.rounds.round import ensure_base
 
     ensure_base(PolicyRegistry(state), load_config(config))
     with running_server(tiny_checkpoint) as server:

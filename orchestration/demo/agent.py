@@ -1,11 +1,11 @@
 """The demo's agent: an ordinary OpenAI-client program, unaware of training.
 
 It is run the way users run theirs, ``tracerl run -- python -m
-tracerl.trainer.demo.agent ...``, so capture is switched on by environment
+tracerl.orchestration.demo.agent ...``, so capture is switched on by environment
 variables alone. The only tracerl calls are the two any agent adds to be trained:
 :func:`tracerl.episode` around a task and :func:`tracerl.emit_reward` at its end.
 
-Usage: ``python -m tracerl.trainer.demo.agent TASKS.jsonl [--temperature T]``, with
+Usage: ``python -m tracerl.orchestration.demo.agent TASKS.jsonl [--temperature T]``, with
 ``OPENAI_BASE_URL`` pointing at the policy endpoint. Each task line may carry its
 own ``temperature`` (held-out evaluation is greedy, training samples).
 """
@@ -26,10 +26,10 @@ from opentelemetry.trace import Status, StatusCode
 
 import tracerl
 from tracerl.schemas import attributes as A
-from tracerl.trainer.loop.recipe import AGENT_CONCURRENCY_ENV, POLICY_MODEL_NAME
-from tracerl.trainer.demo.task import ANSWERER, TOOL_PICKER, Task, UnknownToolError, first_messages, reward, run_tool, second_messages, tool_named
+from tracerl.orchestration.loop.recipe import AGENT_CONCURRENCY_ENV, POLICY_MODEL_NAME
+from tracerl.orchestration.demo.task import ANSWERER, TOOL_PICKER, Task, UnknownToolError, first_messages, reward, run_tool, second_messages, tool_named
 
-tracer = trace.get_tracer("tracerl.trainer.demo.agent")
+tracer = trace.get_tracer("tracerl.orchestration.demo.agent")
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """What one agent brings to the local training loop: its program, its tasks, its starting format.
 
-The loop (:mod:`tracerl.trainer.loop.loop`) knows nothing of any agent. An agent to be
+The loop (:mod:`tracerl.orchestration.loop.loop`) knows nothing of any agent. An agent to be
 trained is an ordinary program that reads a tasks file, calls the policy endpoint found in
 ``OPENAI_BASE_URL`` under the model name ``policy``, and scores its own episodes with
 ``tracerl.episode`` / ``tracerl.emit_reward``. A recipe names that program and adds
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracerl.trainer.loop.config import LoopConfig
+from tracerl.orchestration.loop.config import LoopConfig
 
 Task = dict[str, Any]  # one line of a tasks file: "task_id", "split", and what the agent reads
 POLICY_MODEL_NAME = "policy"  # the model name agents send; `vllm serve` is started under it
