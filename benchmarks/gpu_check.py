@@ -148,7 +148,7 @@ def check_backend(backend: str, folder: Path, samples, reference, args: argparse
         lora_rank=args.lora_rank, gradient_checkpointing=device.type == "cuda",
     )
     began = time.perf_counter()
-    trainer = load_trainer(backend, folder, config, OpenRLHFOptions(zero_stage=args.zero_stage))
+    trainer = load_trainer(backend, folder, config, OpenRLHFOptions(zero_stage=args.zero_stage) if backend == "openrlhf" else None)
     load_seconds = time.perf_counter() - began
     trainer_lp = trainer.action_logprobs(samples)
     diffs = [abs(a - b) for mine, ref in zip(trainer_lp, reference) for a, b in zip(mine, ref)]
@@ -173,10 +173,6 @@ def main() -> None:
     import torch
 
     from tracerl.trainer.training.device import training_device
-    from tracerl.trainer.training.openrlhf_compat import install_kernel_stand_in
-
-    install_kernel_stand_in()
-
     device = training_device()
     if args.device == "cuda" and device.type != "cuda":
         sys.exit("--device cuda: torch sees no GPU")

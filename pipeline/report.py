@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.pipeline import charts
+from tracerl.schemas import attributes as A
 from tracerl.pipeline.build import Analysis, analyze
 from tracerl.pipeline.doctor import explain
 from tracerl.pipeline.options import BuildOptions
@@ -37,7 +38,6 @@ from tracerl.pipeline.sql_text import sql_list
 
 WORST_EPISODES = 10
 TOP_AGENTS = 12
-METRICS_FILE = "metrics.jsonl"
 
 # an episode's reward: the sum of its outcome rewards (not AIR's shaping, not secondary dimensions)
 _EPISODE_REWARD = f"""
@@ -104,9 +104,9 @@ def worst_episodes(analysis: Analysis) -> list[dict[str, Any]]:
 def read_metrics(runs: str | os.PathLike) -> list[dict[str, Any]]:
     """The rows of a runs folder's ``metrics.jsonl`` (or of that file given itself), one per training round."""
     path = Path(runs)
-    path = path / METRICS_FILE if path.is_dir() else path
+    path = path / A.RUN_METRICS_FILE if path.is_dir() else path
     if not path.is_file():
-        raise PipelineInputError(f"--runs {runs}: no {METRICS_FILE} there (give a runs folder holding one, or the file)")
+        raise PipelineInputError(f"--runs {runs}: no {A.RUN_METRICS_FILE} there (give a runs folder holding one, or the file)")
     rows = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
@@ -181,7 +181,7 @@ def _charts(figures: dict[str, Any]) -> dict[str, charts.Chart | str]:
     if metrics is None:
         made["metrics"] = "no runs folder given (tracerl report DATA --runs RUNS shows RUNS/metrics.jsonl)"
     else:
-        x, values = _metric_series(metrics)
+        x, values = _metric_series([row for row in metrics if not row.get(A.RUN_METRICS_SET_ASIDE)])
         made["metrics"] = (charts.small_multiples("metrics", x, values, xlabel="round")
                            if values else "metrics.jsonl holds no numeric metric yet")
     return made
@@ -234,6 +234,14 @@ def _worst(episodes: list[dict[str, Any]]) -> str:
     return "".join(items)
 
 
+def _set_aside(metrics: list[dict[str, Any]]) -> str:
+    """The rounds a schedule set aside (nothing trainable in them), which made no version and so no chart point."""
+    rows = [row for row in metrics if row.get(A.RUN_METRICS_SET_ASIDE)]
+    if not rows:
+        return ""
+    return f"<p>{len(rows)} round(s) set aside, no version made:</p>" + _table(rows, ["round", "episodes", "reason", "at"])
+
+
 def render(figures: dict[str, Any]) -> str:
     """The page for :func:`report_data`'s figures."""
     made = _charts(figures)
@@ -242,7 +250,7 @@ def render(figures: dict[str, Any]) -> str:
     sections = [
         _section("Reward per policy version, by split", made["reward"],
                  _table(figures["reward_by_version"], ["split", "policy_version", "mean_reward", "episodes"])),
-        _section("Training metrics per round", made["metrics"]),
+        _section("Training metrics per round", made["metrics"], _set_aside(figures["metrics"] or [])),
         _section("LLM calls and tokens per agent", made["agents"],
                  _table(figures["agents"], ["agent", "calls", "prompt_tokens", "completion_tokens"])),
         _section("Doctor: from spans to transitions", made["funnel"], f'<ul class="notes">{notes}</ul>'),

@@ -115,6 +115,12 @@ DATASET_FILES_GLOB = "transitions-*.parquet"
 DATASET_MANIFEST_FILE = ".manifest.json"
 DATASET_MANIFEST_SCHEMA_VERSION = "schema_version"  # key of the manifest: the rows' DATASET_SCHEMA_VERSION
 
+# A training run's metrics, one JSON line per round: the loop and scheduled rounds write it,
+# `tracerl report --runs` reads it. A round set aside (nothing in it could be trained on) is a
+# row with RUN_METRICS_SET_ASIDE true and its reason; it made no policy version.
+RUN_METRICS_FILE = "metrics.jsonl"
+RUN_METRICS_SET_ASIDE = "set_aside"
+
 # OpenTelemetry general semantic conventions
 SERVICE_NAME = "service.name"  # resource attribute
 SERVICE_INSTANCE_ID = "service.instance.id"  # resource attribute; the SDK makes a random one per process

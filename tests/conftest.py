@@ -2,7 +2,9 @@
 
 The equipment itself (readers of the written tables, load generators, scripted servers)
 lives in ``tracerl_testing`` (folder ``testing/``), importable by tests and benchmarks alike;
-the fixtures here only give it a test's lifetime.
+the fixtures here only give it a test's lifetime. Each imports what it needs when it is used,
+so an area's tests run where only that area's dependencies are installed (the trainer's on a
+GPU machine that has no DuckDB or moto).
 """
 
 from __future__ import annotations
@@ -10,16 +12,12 @@ from __future__ import annotations
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
-from tracerl.collector.server import CollectorServer, Endpoints
-from tracerl.collector.service import CollectorConfig
-from tracerl.trainer.tiny_model import build_tiny_model
-from tracerl_testing.tables import span_rows
+if TYPE_CHECKING:
+    from tracerl.collector.server import CollectorServer
 
 
 @pytest.fixture
@@ -33,6 +31,9 @@ def start_collector(data_dir: Path) -> Iterator[Callable[..., CollectorServer]]:
     """``start_collector(**CollectorConfig fields, tls=(cert, key), grpc=True)``: a real
     collector on 127.0.0.1 (ephemeral ports) writing to ``data_dir`` unless ``out`` is
     given; every one started is stopped (and its rows committed) after the test."""
+    from tracerl.collector.server import CollectorServer, Endpoints
+    from tracerl.collector.service import CollectorConfig
+
     servers: list[CollectorServer] = []
 
     def start(*, tls: tuple[Path, Path] | None = None, grpc: bool = True, **config: Any) -> CollectorServer:
@@ -60,6 +61,9 @@ def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A real S3-compatible server (moto in server mode) on loopback with the bucket ``traces``;
     yields its endpoint (``http://127.0.0.1:PORT``). pyarrow reaches it through a URI such as
     ``s3://traces/prefix?endpoint_override=127.0.0.1:PORT&scheme=http&region=us-east-1``."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}.items():
         monkeypatch.setenv(key, value)
@@ -77,10 +81,14 @@ def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 @pytest.fixture
 def parquet_spans() -> Callable[[Path], list[dict[str, Any]]]:
     """``parquet_spans(data_dir)``: rows of the spans table written there, in start order."""
+    from tracerl_testing.tables import span_rows
+
     return span_rows
 
 
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     """A freshly initialised tiny model (seed 0) that tests may train from but not change."""
+    from tracerl.trainer.tiny_model import build_tiny_model
+
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)

@@ -45,15 +45,20 @@ from tracerl.orchestration.loop.config import SERVERS, LoopConfig
 from tracerl.orchestration.loop.plots import plot_reward_curve
 from tracerl.orchestration.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME, AgentRecipe, Task
 from tracerl.orchestration.loop.warm_start import starting_policy, supervised_samples
-from tracerl.trainer.publish import BuiltinServer, PublishTarget, VllmReload, publish
+from tracerl.trainer.publish import BuiltinServer, PublishTarget, VllmLora, VllmReload, publish
 from tracerl.trainer.serving.vllm_process import VllmOptions
 from tracerl.trainer.training.backend import PolicyGradientTrainer, load_trainer
 from tracerl.trainer.training.checkpoint import prune_checkpoints
 from tracerl.trainer.training.dataset import Sample, read_dataset
+from tracerl.trainer.training.model_folder import PolicyFolder, inspect_policy_folder
 
 
 class AgentRunError(RuntimeError):
     """The agent process failed; its output says why."""
+
+
+class LoopSetupError(ValueError):
+    """The options cannot run together; the message says which to change."""
 
 
 @dataclass(frozen=True)
@@ -65,8 +70,14 @@ class PolicyEndpoint:
 
 
 @contextmanager
-def policy_endpoint(server: str, start: Path, tool_call_parser: str | None = None, vllm: VllmOptions = VllmOptions()) -> Iterator[PolicyEndpoint]:
-    """``server`` (one of ``SERVERS``) serving ``start`` as policy version 0 until the block ends."""
+def policy_endpoint(
+    server: str, start: Path, tool_call_parser: str | None = None, vllm: VllmOptions = VllmOptions(), lora: PolicyFolder | None = None,
+) -> Iterator[PolicyEndpoint]:
+    """``server`` (one of ``SERVERS``) serving ``start`` as policy version 0 until the block ends.
+
+    With ``lora`` (LoRA rounds), vLLM serves the base model with LoRA on and the agents call the
+    adapter, by the policy's name; :func:`run_loop` publishes the starting adapter before round 0.
+    """
     if server == "tracerl":
         from tracerl.trainer.serving.app import running_server
 
@@ -75,10 +86,26 @@ def policy_endpoint(server: str, start: Path, tool_call_parser: str | None = Non
     elif server == "vllm":
         from tracerl.trainer.serving.vllm_process import running_vllm
 
-        with running_vllm(start, served_model_name=POLICY_MODEL_NAME, tool_call_parser=tool_call_parser, options=vllm) as served:
-            yield PolicyEndpoint(served.base_url, VllmReload(served.base_url, served_checkpoint=start))
+        if lora:
+            with running_vllm(lora.base, served_model_name=f"{POLICY_MODEL_NAME}-base", lora_rank=lora.lora_rank,
+                              tool_call_parser=tool_call_parser, options=vllm) as served:
+                yield PolicyEndpoint(served.base_url, VllmLora(served.base_url, adapter_name=POLICY_MODEL_NAME))
+        else:
+            with running_vllm(start, served_model_name=POLICY_MODEL_NAME, tool_call_parser=tool_call_parser, options=vllm) as served:
+                yield PolicyEndpoint(served.base_url, VllmReload(served.base_url, served_checkpoint=start))
     else:
         raise ValueError(f"unknown server {server!r}: use one of {', '.join(SERVERS)}")
+
+
+def lora_policy(start: Path | str, cfg: LoopConfig) -> PolicyFolder | None:
+    """What a LoRA run serves: the base model and the adapter's rank (``--lora-rank``, or the
+    adapter ``--model`` names); None when the full weights are trained."""
+    folder = inspect_policy_folder(start) if Path(start).exists() else PolicyFolder(Path(start), str(start), None)
+    if folder.is_adapter:
+        return folder
+    if cfg.train.lora_rank > 0:
+        return replace(folder, lora_rank=cfg.train.lora_rank)
+    return None
 
 
 def write_round_tasks(path: Path, train: list[Task], held_out: list[Task], cfg: LoopConfig, rnd: int) -> None:
@@ -149,8 +176,30 @@ def training_setup(cfg: LoopConfig) -> LoopConfig:
     return cfg
 
 
-MACHINE_MEASUREMENTS = ("seconds", "train_seconds", "peak_memory_bytes")
+MACHINE_MEASUREMENTS = (
+    "seconds", "rollout_seconds", "build_seconds", "train_seconds", "save_seconds", "publish_seconds", "peak_memory_bytes",
+)
 """Row fields that measure the machine, not the run: the same seed reproduces every other field exactly."""
+
+
+def folder_bytes(folder: Path) -> int:
+    """Bytes of the files under ``folder`` (0 when it does not exist)."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.exists() else 0
+
+
+class PhaseClock:
+    """Seconds per phase of a round, as the row's ``<phase>_seconds`` fields."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[f"{name}_seconds"] = round(time.perf_counter() - began, 3)
 
 
 def run_loop(
@@ -169,32 +218,39 @@ def run_loop(
 
     out = Path(cfg.out or Path("runs") / recipe.name)
     out.mkdir(parents=True, exist_ok=True)
-    metrics_path = out / "metrics.jsonl"
+    metrics_path = out / A.RUN_METRICS_FILE
     metrics_path.write_text("")
     phase(0, "preparing the starting policy")
     cfg = training_setup(cfg)
     start = Path(cfg.model) if cfg.model else starting_policy(recipe, cfg.seed, cfg.data)
+    lora = lora_policy(start, cfg)
+    if lora and not endpoint and cfg.server != "vllm":
+        raise LoopSetupError("LoRA rounds publish adapters, which `tracerl serve` does not load: use --server vllm (it swaps the adapter in place)")
     trainer = load_trainer(cfg.backend, start, cfg.train, cfg.openrlhf)
     phase(0, f"training with {cfg.backend} on {trainer.device}, learning rate {trainer.learning_rate:g}")
     train_tasks, held_out = recipe.tasks(cfg.seed, cfg.data)
     replay_on = cfg.replay if cfg.replay is not None else not cfg.model
     replay = format_replay_samples(recipe, trainer, train_tasks, cfg) if replay_on and not cfg.model else []
     rows: list[dict] = []
-    with nullcontext(endpoint) if endpoint else policy_endpoint(cfg.server, start, cfg.tool_call_parser, cfg.vllm) as served:
+    with nullcontext(endpoint) if endpoint else policy_endpoint(cfg.server, start, cfg.tool_call_parser, cfg.vllm, lora) as served:
+        if lora and not endpoint:  # the agents call the adapter: the starting one (untrained LoRA is the base model) first
+            publish(trainer.save(out / "policy" / "v0"), served.target, version=0)
         for rnd in range(cfg.rounds + 1):
-            t0 = time.time()
+            t0, clock = time.time(), PhaseClock()
             round_dir = out / "rounds" / f"{rnd:03d}"
             round_dir.mkdir(parents=True, exist_ok=True)
             tasks_file = round_dir / "tasks.jsonl"
             write_round_tasks(tasks_file, train_tasks, held_out, cfg, rnd)
             phase(rnd, "running the agent")
-            run_agent(recipe, tasks_file, round_dir / "data", served.base_url, cfg.concurrency, cfg.max_tokens)
+            with clock("rollout"):
+                run_agent(recipe, tasks_file, round_dir / "data", served.base_url, cfg.concurrency, cfg.max_tokens)
             rewards = mean_rewards_by_split(round_dir / "data")
             phase(rnd, "building the dataset")
-            manifest = build_dataset(
-                round_dir / "data", round_dir / "dataset", splits=("train",),
-                credit=cfg.credit, gamma=cfg.gamma, default_rules=cfg.air, agents=agents_pattern(cfg.agents),
-            )
+            with clock("build"):
+                manifest = build_dataset(
+                    round_dir / "data", round_dir / "dataset", splits=("train",),
+                    credit=cfg.credit, gamma=cfg.gamma, default_rules=cfg.air, agents=agents_pattern(cfg.agents),
+                )
             row = {
                 "round": rnd,
                 "policy_version": rnd,
@@ -209,15 +265,19 @@ def run_loop(
                 stats = trainer.train(samples + kept)
                 if replay_on and cfg.model:  # a real model replays its own best outputs, from the next round on
                     replay = (replay + rewarded_outputs(samples))[-4 * max(cfg.replay_samples, 1) :]
-                checkpoint = trainer.save(out / "policy" / f"v{rnd + 1}")
-                publish(checkpoint, served.target, version=rnd + 1)
+                with clock("save"):
+                    checkpoint = trainer.save(out / "policy" / f"v{rnd + 1}")
+                with clock("publish"):
+                    publish(checkpoint, served.target, version=rnd + 1)
+                written = folder_bytes(checkpoint)
                 prune_checkpoints(sorted((out / "policy").glob("v*"), key=lambda p: int(p.name[1:])), keep=cfg.keep_checkpoints)
                 row.update(
                     train_loss=stats.loss, clip_fraction=stats.clip_fraction, approx_kl=stats.approx_kl,
                     served_logprob_gap=stats.served_logprob_gap, is_filtered_fraction=stats.is_filtered_fraction, entropy=stats.entropy,
                     train_seconds=stats.seconds, peak_memory_bytes=stats.peak_memory_bytes, skipped=skipped,
+                    checkpoint_bytes=written, kept_checkpoint_bytes=folder_bytes(out / "policy"),
                 )
-            row["seconds"] = round(time.time() - t0, 2)
+            row.update(clock.seconds, seconds=round(time.time() - t0, 2))
             rows.append(row)
             with metrics_path.open("a", encoding="utf-8") as handle:
                 handle.write(json.dumps(row) + "\n")

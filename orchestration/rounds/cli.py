@@ -36,7 +36,7 @@ EXIT_CODES = {
     "publish_failed": 4,  # trained, not served: the next run publishes the same checkpoint again
     "report_failed": 5,  # recorded and served, but report.html was not refreshed
     "held": 6,  # the gate held the checkpoint back: it scored worse than the served policy (not published)
-    "skipped": 0,  # every row of the round was older than max_policy_lag: its files set aside (registry "skipped"), no version made
+    "skipped": 0,  # no row of the round could be trained on (all older than max_policy_lag, or empty responses): its files set aside (registry "skipped"), no version made
 }
 
 _CONFIG = typer.Option(None, "--config", "-c", help="TOML file of the round (orchestration/rounds/config.py shows every key).")

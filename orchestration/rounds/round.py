@@ -44,6 +44,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from tracerl.pipeline.dataset_folder import MANIFEST, transition_files
+from tracerl.schemas import attributes as A
 from tracerl.storage import fsync_dir
 from tracerl.orchestration.rounds.config import Endpoint, RoundConfig
 from tracerl.orchestration.rounds.registry import PolicyRegistry
@@ -80,7 +81,7 @@ class StateFolder:
 
     @property
     def metrics(self) -> Path:
-        return self.root / "metrics.jsonl"
+        return self.root / A.RUN_METRICS_FILE
 
     @property
     def report(self) -> Path:
@@ -157,7 +158,7 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
     summary.episodes, summary.transitions = len(episodes), _rows(plan)
 
     if not checkpoint.exists():
-        from tracerl.trainer.training.dataset import DatasetError, StaleDatasetError
+        from tracerl.trainer.training.dataset import DatasetError, EmptyDatasetError
         from tracerl.trainer.training.run import train_checkpoint
 
         with clock("train"):
@@ -167,10 +168,12 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
                     options=config.openrlhf if config.backend == "openrlhf" else None, max_policy_lag=config.max_policy_lag,
                     version=version, on_saving=lambda: clock.mark("checkpoint"),
                 )
-            except StaleDatasetError as exc:  # never a blocker: set the files aside, record why, go on
+            except EmptyDatasetError as exc:  # no row to train on (too stale, empty responses): never a blocker;
+                # set the files aside, record why, go on
                 files = sorted(f.name for f in transition_files(plan))
                 registry.record_skip({"round": version, "files": files, "episodes": len(episodes), "reason": str(exc), "at": utc_now()})
                 shutil.rmtree(plan)
+                write_metrics(registry, state.metrics)
                 summary.status, summary.version, summary.reason = "skipped", None, f"round {version} skipped: {exc}"
                 return summary
             except DatasetError as exc:
@@ -226,13 +229,15 @@ def publish_everywhere(endpoints: tuple[Endpoint, ...], checkpoint: Path, versio
 
 
 def write_metrics(registry: PolicyRegistry, path: Path) -> None:
-    """``metrics.jsonl`` (what ``tracerl report --runs`` plots): one row per trained version, whole or not at all."""
+    """``metrics.jsonl`` (what ``tracerl report --runs`` shows): one row per trained version, then one per
+    round set aside (``set_aside``: true, its reason); whole or not at all."""
     rows = []
     for entry in registry.entries():
         if entry["kind"] != "trained":
             continue
         rows.append({"round": entry["version"], "policy_version": entry["version"], "episodes": len(entry["episodes"]),
                      **(entry.get("metrics") or {}), **{f"{k}_seconds": v for k, v in (entry.get("seconds") or {}).items()}})
+    rows += [{A.RUN_METRICS_SET_ASIDE: True, "round": r["round"], "episodes": r["episodes"], "reason": r["reason"], "at": r["at"]} for r in registry.skipped()]
     partial = path.with_name(f".{path.name}.partial")
     partial.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     os.replace(partial, path)

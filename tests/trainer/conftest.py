@@ -10,7 +10,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from tracerl.schemas import DATASET_SCHEMA, DATASET_SCHEMA_VERSION
-from tracerl.trainer.serving.app import running_server
 from tracerl.trainer.training.dataset import MANIFEST_FILE, MANIFEST_SCHEMA_VERSION
 
 
@@ -20,6 +19,8 @@ def policy_server():
 
     It stays at policy version 0: tests that load weights start their own server.
     """
+    from tracerl.trainer.serving.app import running_server
+
     with running_server() as server:
         yield server
 

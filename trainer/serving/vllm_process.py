@@ -91,6 +91,17 @@ class VllmOptions:
         return args
 
 
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # what vLLM 0.32 accepts as --max-lora-rank
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest ``--max-lora-rank`` vLLM accepts that serves adapters of ``rank``."""
+    for allowed in VLLM_LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    raise ValueError(f"LoRA rank {rank} is above vLLM's largest --max-lora-rank ({VLLM_LORA_RANKS[-1]})")
+
+
 def vllm_command(
     python: str, model: Path, *, served_model_name: str, host: str, port: int, options: VllmOptions, lora_rank: int | None,
     tool_call_parser: str | None = None, cuda: bool | None = None,
@@ -108,7 +119,7 @@ def vllm_command(
     if tool_call_parser:  # agents that send `tools` get a 400 from vLLM without it
         command += ["--enable-auto-tool-choice", "--tool-call-parser", tool_call_parser]
     if lora_rank is not None:
-        command += ["--enable-lora", "--max-lora-rank", str(lora_rank), "--max-loras", "2"]
+        command += ["--enable-lora", "--max-lora-rank", str(vllm_lora_rank(lora_rank)), "--max-loras", "2"]
     return command
 
 

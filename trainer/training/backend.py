@@ -235,9 +235,6 @@ def load_trainer(
     backend: str, model_path: str | os.PathLike, config: TrainConfig | None = None, options: OpenRLHFOptions | None = None
 ) -> PolicyGradientTrainer:
     """The trainer of ``backend`` ("torch" or "openrlhf") on ``model_path``: every caller gets one here."""
-    from tracerl.trainer.training.openrlhf_compat import install_kernel_stand_in
-
-    install_kernel_stand_in()  # flash-attn's Python parts without kernels must not break transformers
     config = config or TrainConfig()
     if backend == "openrlhf":
         from tracerl.trainer.training.openrlhf_backend import OpenRLHFTrainer

@@ -5,7 +5,12 @@ OpenRLHF 0.11 has no supported way to train from such samples: its PPO loop owns
 engines. So this backend uses OpenRLHF's parts as a library, for what they do well at scale:
 
 - ``openrlhf.models.Actor`` loads the policy (bf16, flash-attention or sdpa, LoRA with
-  ``lora_rank``; ZeRO-3-aware loading);
+  ``lora_rank``). Always whole, never under ``zero.Init`` (``ds_config=None``): with ZeRO-3,
+  DeepSpeed partitions the loaded weights when the engine starts. Transformers' ZeRO-3 loading,
+  with OpenRLHF's patch of it, crashes on transformers 5.24 and on 5.17 left weights that were
+  not the checkpoint's (log-probs 0.12 nats apart from a plain forward, measured on an H100,
+  tied or untied embeddings alike). The price: each process holds the whole model in host
+  memory while it loads (a 7B model in bf16, 15 GB);
 - ``openrlhf.utils.deepspeed.DeepspeedStrategy`` sets up DeepSpeed: ZeRO stage 0-3, the
   optimizer, gradient clipping, the data-parallel process group (``torchrun`` or ``deepspeed``
   launchers) and saving Hugging Face checkpoints (gathering ZeRO-3 shards);
@@ -62,14 +67,13 @@ class OpenRLHFTrainer(PolicyGradientTrainer):
         self.strategy.setup_distributed()
 
         attn = cfg.attn_implementation or attention_implementation(self.device)
-        zero3_config = self.strategy.get_ds_train_config() if opts.zero_stage == 3 else None
         self.tokenizer = AutoTokenizer.from_pretrained(folder.path)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         lora_rank = folder.lora_rank if folder.is_adapter else cfg.lora_rank
         actor = orl.Actor(
             folder.base, attn_implementation=attn, param_dtype=dtype, lora_rank=lora_rank,
             lora_alpha=folder.lora_alpha if folder.is_adapter else cfg.lora_alpha,
-            target_modules=(folder.target_modules if folder.is_adapter else None) or opts.lora_target_modules, ds_config=zero3_config,
+            target_modules=(folder.target_modules if folder.is_adapter else None) or opts.lora_target_modules, ds_config=None,
         )
         if folder.is_adapter:  # a LoRA round's checkpoint: train the same adapter further
             from peft import set_peft_model_state_dict
@@ -88,7 +92,7 @@ class OpenRLHFTrainer(PolicyGradientTrainer):
         self.actor, self.optimizer, self.scheduler = self.strategy.prepare((actor, optimizer))
         self.reference = None
         if opts.reference_model is not None and opts.kl_coef > 0:
-            reference = orl.Actor(opts.reference_model, attn_implementation=attn, param_dtype=dtype, ds_config=zero3_config)
+            reference = orl.Actor(opts.reference_model, attn_implementation=attn, param_dtype=dtype, ds_config=None)
             self.reference = self.strategy.prepare(reference)
             self.reference.eval()
             self._extra_loss_enabled = True

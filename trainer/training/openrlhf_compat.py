@@ -5,12 +5,9 @@ Where its assumptions break (no CUDA, no flash-attn kernels, no nvcc, tracerl's 
 micro-batching), the fix is here and nowhere else:
 
 1. ``openrlhf.models`` imports ``flash_attn`` at the top, whose package imports its compiled
-   CUDA kernels (``flash_attn_2_cuda``). flash-attn's Python parts install without them
-   (``FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE``); :func:`import_openrlhf` puts a stand-in for
-   the kernel module in ``sys.modules`` whose every attribute is an ``AttributeError``
-   that says so. OpenRLHF only calls the kernels when packing samples, which this backend
-   never asks for, so the stand-in is never used, only imported. On a machine with the real
-   kernels the stand-in is not installed.
+   CUDA kernels. flash-attn's Python parts install without them; importing ``tracerl.trainer``
+   puts a stand-in in their place (:mod:`tracerl.trainer.flash_attn_stand_in`). OpenRLHF only
+   calls the kernels when packing samples, which this backend never asks for.
 2. ``Actor`` loads a checkpoint in bf16 or fp16 only. CPUs have no fast half-precision matmul
    and the trainer's log-probs must match the server's float32 ones, so ``"fp32"`` is added
    to OpenRLHF's dtype table.
@@ -31,44 +28,12 @@ backend: :func:`tracerl.trainer.training.device.launch_environment`.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 import types
 
 from tracerl.trainer.training.device import cuda_available
 
-FLASH_ATTN_KERNELS = "flash_attn_2_cuda"
 CPU_DTYPE = "fp32"
-
-
-def _missing_kernels_module() -> types.ModuleType:
-    module = types.ModuleType(FLASH_ATTN_KERNELS)
-
-    def __getattr__(name: str):
-        raise AttributeError(
-            f"{FLASH_ATTN_KERNELS}.{name}: flash-attn's CUDA kernels are not built here; tracerl's "
-            "OpenRLHF backend does not pack samples, so nothing should call them (install flash-attn "
-            "with its CUDA build on a GPU machine to use them)"
-        )
-
-    module.__getattr__ = __getattr__  # type: ignore[method-assign]
-    module.__file__ = __file__  # inspect and hasattr probes see an ordinary module
-    module.tracerl_stand_in = True  # type: ignore[attr-defined]  device.attention_implementation asks
-    return module
-
-
-def install_kernel_stand_in() -> None:
-    """Put the stand-in for flash-attn's missing CUDA kernels in place (see the module docstring, 1).
-
-    Called before anything imports transformers' models too: on a CUDA machine transformers
-    imports ``flash_attn`` to see whether it is available, and flash-attn's Python parts
-    without their kernels would fail that import (and with it, every model class).
-    """
-    if FLASH_ATTN_KERNELS in sys.modules or importlib.util.find_spec("flash_attn") is None:
-        return
-    if importlib.util.find_spec(FLASH_ATTN_KERNELS) is None:
-        sys.modules[FLASH_ATTN_KERNELS] = _missing_kernels_module()
 
 
 def fused_adam_built() -> bool:
@@ -91,7 +56,6 @@ def _barrier() -> None:
 
 def import_openrlhf() -> types.SimpleNamespace:
     """OpenRLHF's pieces this backend uses, imported with the CPU fixes above in place."""
-    install_kernel_stand_in()
     if not cuda_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     try:

@@ -13,6 +13,7 @@ from tracerl.orchestration.rounds.registry import PolicyRegistry
 from tracerl.trainer.serving.app import running_server
 from tracerl.trainer.training.checkpoint import read_checkpoint_manifest
 from tracerl.net import free_port
+from tracerl_testing.span_builders import episode_span, llm_call, reward_span, write_spans
 
 
 def served_version(server) -> int:
@@ -66,6 +67,37 @@ def test_an_endpoint_that_is_down_exits_4_and_the_next_run_publishes_the_same_ch
         assert served_version(server) == 1
     assert (checkpoint / "model.safetensors").stat().st_mtime_ns == weights  # published as trained, not trained again
     assert PolicyRegistry(tmp_path / "state").latest()["episodes"].__len__() == 4
+
+
+def test_a_round_with_nothing_trainable_is_set_aside_and_the_next_trains_on_new_episodes(tmp_path, data_dir, capture, round_config, tracerl, tiny_checkpoint):
+    """Calls with empty responses (a model that answered nothing) give a dataset with no usable row:
+    the round exits 0 as "skipped", publishes nothing, makes no version, records why (registry,
+    metrics.jsonl, the report) and never blocks the schedule: the next run trains on new episodes only."""
+    write_spans(data_dir, [row for i in range(4) for row in (
+        episode_span(f"empty-{i}", 0, 1000, task="t"), llm_call(f"empty-{i}", "c1", 10, 20, [1, 2], [], logprobs=[]),
+        reward_span(f"empty-{i}", "r", 70, float(i % 2)),
+    )])
+    with running_server(tiny_checkpoint) as server:
+        config = round_config(min_episodes=4, endpoint=server.base_url)
+        skipped = tracerl("train", "run", "--config", str(config))
+        assert skipped.returncode == 0, skipped.stderr
+        assert skipped.summary["status"] == "skipped" and "holds no usable transition" in skipped.summary["reason"]
+        assert "'empty response': 4" in skipped.summary["reason"] and served_version(server) == 0
+        registry = PolicyRegistry(tmp_path / "state")
+        assert [e["version"] for e in registry.entries()] == [0] and registry.skipped()[0]["episodes"] == 4
+
+        fresh = capture(4)
+        trained = tracerl("train", "run", "--config", str(config))
+        assert trained.summary["status"] == "trained" and trained.summary["version"] == 1, trained.stderr
+        assert served_version(server) == 1
+    assert [e["episode_id"] for e in PolicyRegistry(tmp_path / "state").latest()["episodes"]] == fresh
+    rows = [json.loads(line) for line in (tmp_path / "state" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["round"], r.get("set_aside", False)) for r in rows] == [(1, False), (1, True)]
+
+    report = tmp_path / "report.html"
+    shown = tracerl("report", str(data_dir), "--runs", str(tmp_path / "state"), "--out", str(report))
+    assert shown.returncode == 0, shown.stderr
+    assert "1 round(s) set aside, no version made" in report.read_text() and "empty response" in report.read_text()
 
 
 def test_a_second_round_while_one_runs_exits_3(tmp_path, capture, round_config, tracerl):

@@ -1,7 +1,8 @@
 """The OpenRLHF backend, from the real openrlhf package, on CPU: it trains what the torch backend trains.
 
 Every test starts from the tiny model (seed 0). "Served" log-probs are the ones the
-starting weights give, as a server running those weights would log them.
+starting weights give, as a server running those weights would log them. Every trainer is
+float32 on any device: the comparisons are to 1e-5, and bf16 (the default with CUDA) is 1e-2 apart.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def test_both_backends_compute_the_same_loss_and_the_same_update(tiny_checkpoint
     Two epochs of two minibatches, so after the first step ratios move away from 1 and the clip
     binds on some tokens: the comparison covers the clipped branch and the importance weights too.
     """
-    config = TrainConfig(learning_rate=3e-3, epochs=2, minibatch_size=4)
+    config = TrainConfig(dtype="fp32", learning_rate=3e-3, epochs=2, minibatch_size=4)
     torch_trainer = PolicyTrainer(tiny_checkpoint, config)
     samples = _served_apart(torch_trainer, _batch())
     theirs = torch_trainer.train(samples)
@@ -72,8 +73,32 @@ def test_both_backends_compute_the_same_loss_and_the_same_update(tiny_checkpoint
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
 
 
+def test_zero_3_starts_from_the_checkpoints_weights_and_takes_the_same_steps(tiny_checkpoint, tmp_path):
+    """ZeRO-3 shards the weights it loaded: its log-probs before training are the checkpoint's, and
+    the checkpoint it saves (shards gathered) is the torch backend's after the same steps.
+
+    The regression: loaded under ``zero.Init`` (transformers' ZeRO-3 path with OpenRLHF's patch),
+    the model crashed on load here and, on an H100 with transformers 5.17, was not the checkpoint.
+    """
+    from safetensors.torch import load_file
+
+    config = TrainConfig(dtype="fp32", learning_rate=3e-3, epochs=2, minibatch_size=4)
+    torch_trainer = PolicyTrainer(tiny_checkpoint, config)
+    samples = _served_apart(torch_trainer, _batch())
+    zero3 = OpenRLHFTrainer(tiny_checkpoint, config, OpenRLHFOptions(zero_stage=3))
+    flat = lambda rows: [v for row in rows for v in row]  # noqa: E731
+    assert flat(zero3.action_logprobs(samples)) == pytest.approx(flat(torch_trainer.action_logprobs(samples)), abs=1e-6)
+    theirs, ours = torch_trainer.train(samples), zero3.train(samples)
+    assert ours.loss == pytest.approx(theirs.loss, abs=1e-5)
+    mine = load_file(zero3.save(tmp_path / "zero3") / "model.safetensors")
+    reference = load_file(torch_trainer.save(tmp_path / "torch") / "model.safetensors")
+    assert mine.keys() == reference.keys()
+    for name in reference:
+        torch.testing.assert_close(mine[name], reference[name], atol=2e-5, rtol=1e-4, msg=name)
+
+
 def test_one_step_raises_positive_and_lowers_negative_advantage_responses(tiny_checkpoint):
-    trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(learning_rate=3e-3, epochs=1, minibatch_size=8))
+    trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(dtype="fp32", learning_rate=3e-3, epochs=1, minibatch_size=8))
     samples = _served(trainer, _batch())
     before = [sum(lp) for lp in trainer.action_logprobs(samples[:4])]
     metrics = trainer.train(samples)
@@ -86,7 +111,7 @@ def test_one_step_raises_positive_and_lowers_negative_advantage_responses(tiny_c
 def test_served_logprob_gap_and_icepop_filter_come_from_the_sampler_log_probs(tiny_checkpoint):
     """A sampler that saw each token e^0.3 times less likely: gap 0.3, ratio e^0.3 kept;
     e^2 times less likely: ratio 7.4, outside icepop's (0.5, 5) band, every token dropped."""
-    trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(epochs=1, minibatch_size=8, learning_rate=0.0))
+    trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(dtype="fp32", epochs=1, minibatch_size=8, learning_rate=0.0))
     near = trainer.train(_served(trainer, _batch(), shift=-0.3))
     assert near.served_logprob_gap == pytest.approx(0.3, abs=1e-5) and near.is_filtered_fraction == 0.0
     far = trainer.train(_served(trainer, _batch(), shift=-2.0))
@@ -98,7 +123,7 @@ def test_served_logprob_gap_and_icepop_filter_come_from_the_sampler_log_probs(ti
 
 def test_reference_kl_is_reported_and_grows_as_the_policy_moves(tiny_checkpoint):
     options = OpenRLHFOptions(reference_model=str(tiny_checkpoint), kl_coef=0.1)
-    trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(learning_rate=3e-3, epochs=1, minibatch_size=8), options)
+    trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(dtype="fp32", learning_rate=3e-3, epochs=1, minibatch_size=8), options)
     samples = _served(trainer, _batch())
     first = trainer.train(samples)
     assert first.reference_kl == pytest.approx(0.0, abs=1e-7)  # one step from the reference itself
@@ -107,7 +132,7 @@ def test_reference_kl_is_reported_and_grows_as_the_policy_moves(tiny_checkpoint)
 
 
 def test_checkpoint_is_a_hugging_face_model_with_its_manifest(tiny_checkpoint, tmp_path):
-    trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(learning_rate=3e-3, epochs=1, minibatch_size=8))
+    trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(dtype="fp32", learning_rate=3e-3, epochs=1, minibatch_size=8))
     samples = _served(trainer, _batch())
     metrics = trainer.train(samples)
     manifest = {"parent": str(tiny_checkpoint), "parent_version": 3, "dataset": {"schema_version": 1}, "metrics": metrics.as_dict()}
@@ -124,7 +149,7 @@ def test_checkpoint_is_a_hugging_face_model_with_its_manifest(tiny_checkpoint, t
 def test_lora_trains_and_saves_the_adapter_alone(tiny_checkpoint, tmp_path):
     from peft import PeftModel
 
-    trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(learning_rate=1e-2, epochs=2, minibatch_size=4, lora_rank=4, lora_alpha=8))
+    trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(dtype="fp32", learning_rate=1e-2, epochs=2, minibatch_size=4, lora_rank=4, lora_alpha=8))
     samples = _served(trainer, _batch())
     trainer.train(samples)
     out = trainer.save(tmp_path / "adapter")

@@ -1,4 +1,8 @@
-"""The torch backend: real gradient steps on the tiny model, read from dataset Parquet."""
+"""The torch backend: real gradient steps on the tiny model, read from dataset Parquet.
+
+Every trainer here is float32 on any device: the comparisons are to 1e-5, and bf16 (the default
+with CUDA) is 1e-2 apart.
+"""
 
 from __future__ import annotations
 
@@ -15,14 +19,14 @@ from tracerl.trainer.training.torch_backend import TRAINER_STATE_FILE, PolicyTra
 
 
 def _logprob_of(trainer: PolicyTrainer, prompt: list[int], response: list[int]) -> float:
-    ids = torch.tensor([prompt + response])
+    ids = torch.tensor([prompt + response], device=trainer.device)
     with torch.no_grad():
         lp = token_logprobs(trainer.model, ids, torch.ones_like(ids))
     return float(lp[0, len(prompt) - 1 :].sum())
 
 
 def test_policy_gradient_moves_probability_towards_positive_advantage(tiny_checkpoint, tmp_path, write_dataset):
-    trainer = PolicyTrainer(tiny_checkpoint, TrainConfig(learning_rate=3e-3, epochs=4, minibatch_size=8))
+    trainer = PolicyTrainer(tiny_checkpoint, TrainConfig(dtype="fp32", learning_rate=3e-3, epochs=4, minibatch_size=8))
     prompt, good, bad = [10, 11, 12, 13], [40, 41], [50, 51]
     before_good, before_bad = _logprob_of(trainer, prompt, good), _logprob_of(trainer, prompt, bad)
     rows = [
@@ -43,8 +47,8 @@ def test_stale_served_logprobs_weight_tokens_and_far_ones_drop(tiny_checkpoint, 
     against the round's starting policy, so on the first step it never binds."""
     prompt, response = [10, 11, 12], [40, 41, 42]
     for gap, filtered in ((1.0, 0.0), (2.0, 1.0)):
-        trainer = PolicyTrainer(tiny_checkpoint, TrainConfig(epochs=1, minibatch_size=4, learning_rate=1e-3))
-        current = torch.tensor([prompt + response])
+        trainer = PolicyTrainer(tiny_checkpoint, TrainConfig(dtype="fp32", epochs=1, minibatch_size=4, learning_rate=1e-3))
+        current = torch.tensor([prompt + response], device=trainer.device)
         with torch.no_grad():
             lp = token_logprobs(trainer.model, current, torch.ones_like(current))[0, len(prompt) - 1 :].tolist()
         stale = [v - gap for v in lp]
@@ -58,7 +62,7 @@ def test_stale_served_logprobs_weight_tokens_and_far_ones_drop(tiny_checkpoint, 
 
 
 def test_micro_batches_give_the_update_of_one_batch_in_the_torch_backend(tiny_checkpoint):
-    config = TrainConfig(learning_rate=3e-3, epochs=1, minibatch_size=8)
+    config = TrainConfig(dtype="fp32", learning_rate=3e-3, epochs=1, minibatch_size=8)
     whole = PolicyTrainer(tiny_checkpoint, config)
     batch = [Sample(prompt_token_ids=[10, 11, 12, 13], response_token_ids=r, advantage=a) for r, a in [([40, 41], 1.0), ([50, 51, 52], -1.0), ([60], 0.5), ([70, 71], -0.5)]] * 2
     samples = [replace(s, response_logprobs=[v + 0.3 * (i % 3) for v in lp]) for i, (s, lp) in enumerate(zip(batch, whole.action_logprobs(batch)))]
@@ -70,7 +74,7 @@ def test_micro_batches_give_the_update_of_one_batch_in_the_torch_backend(tiny_ch
 
 
 def test_checkpoint_round_trip_resumes_the_optimizer(tiny_checkpoint, tmp_path, write_dataset):
-    trainer = PolicyTrainer(tiny_checkpoint, TrainConfig(epochs=1, minibatch_size=2))
+    trainer = PolicyTrainer(tiny_checkpoint, TrainConfig(dtype="fp32", epochs=1, minibatch_size=2))
     write_dataset(tmp_path / "ds", [{"prompt_token_ids": [5, 6], "response_token_ids": [7], "response_logprobs": None, "advantage": 1.0}] * 2)
     trainer.train(read_dataset(tmp_path / "ds")[0])
     assert not (trainer.save(tmp_path / "v0") / TRAINER_STATE_FILE).exists()  # in-process rounds keep it in memory
@@ -85,12 +89,12 @@ def test_checkpoint_round_trip_resumes_the_optimizer(tiny_checkpoint, tmp_path, 
 
 def test_a_resumed_optimizer_takes_this_runs_learning_rate(tiny_checkpoint, tmp_path, write_dataset):
     # The saved optimizer state holds the learning rate it ran with; --lr (0 for a control) must win.
-    trainer = PolicyTrainer(tiny_checkpoint, TrainConfig(epochs=1, minibatch_size=2, learning_rate=1e-3))
+    trainer = PolicyTrainer(tiny_checkpoint, TrainConfig(dtype="fp32", epochs=1, minibatch_size=2, learning_rate=1e-3))
     write_dataset(tmp_path / "ds", [{"prompt_token_ids": [5, 6], "response_token_ids": [7], "response_logprobs": None, "advantage": 1.0}] * 2)
     samples = read_dataset(tmp_path / "ds")[0]
     trainer.train(samples)
     out = trainer.save(tmp_path / "v1", optimizer_state=True)
-    frozen = PolicyTrainer(out, TrainConfig(epochs=1, minibatch_size=2, learning_rate=0.0))
+    frozen = PolicyTrainer(out, TrainConfig(dtype="fp32", epochs=1, minibatch_size=2, learning_rate=0.0))
     before = [p.detach().clone() for p in frozen.model.parameters()]
     frozen.train(samples)
     assert all(torch.equal(a, b) for a, b in zip(before, frozen.model.parameters()))

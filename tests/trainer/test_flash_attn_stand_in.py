@@ -1,0 +1,39 @@
+"""flash-attn's Python parts without its CUDA kernels (how tracerl's OpenRLHF install satisfies
+OpenRLHF's import) break no model: importing tracerl.trainer puts a stand-in in their place.
+
+On an H100 without the stand-in every model class failed to import (``Could not import module
+'LlamaConfig'``), since transformers imports flash_attn there to see whether it is available.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tracerl.trainer.flash_attn_stand_in import FLASH_ATTN_KERNELS
+
+# importing tracerl.trainer (above) installed the stand-in if, and only if, this machine needs it
+pytestmark = pytest.mark.skipif(
+    not getattr(sys.modules.get(FLASH_ATTN_KERNELS), "tracerl_stand_in", False),
+    reason="flash-attn is not installed here, or with its kernels",
+)
+
+PROBE = f"""
+import sys, tracerl.trainer, tracerl.trainer.flash_attn_stand_in as stand_in
+from transformers import LlamaConfig, Qwen2ForCausalLM
+import flash_attn.bert_padding
+kernels = sys.modules[{FLASH_ATTN_KERNELS!r}]
+assert kernels.__file__ == stand_in.__file__, kernels.__file__
+try:
+    kernels.fwd
+except AttributeError as exc:
+    print(exc)
+"""
+
+
+def test_models_and_flash_attns_python_parts_import_and_a_kernel_call_says_why_it_cannot_run():
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "flash-attn's CUDA kernels are not built here" in done.stdout
