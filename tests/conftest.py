@@ -92,3 +92,18 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
     from tracerl.trainer.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> str:
+    """The python of the vLLM venv (``TRACERL_VLLM_PYTHON``, else this checkout's ``.venv-vllm``, which
+    .ci/run builds), exported for the processes tests start; without one the test is skipped, saying so."""
+    import os
+
+    from tracerl.trainer.serving.vllm_process import VLLM_PYTHON_ENV
+    from tracerl_testing.installed import require
+
+    python = os.environ.get(VLLM_PYTHON_ENV) or str(Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python")
+    require(Path(python).is_file(), "the CPU vLLM", f"set {VLLM_PYTHON_ENV} or build {python} as .ci/run does")
+    os.environ[VLLM_PYTHON_ENV] = python
+    return python

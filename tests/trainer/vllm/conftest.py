@@ -9,7 +9,6 @@ leaves a tied output head on the old weights.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import httpx
@@ -17,22 +16,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from tracerl.trainer.serving.vllm_process import VLLM_PYTHON_ENV, running_vllm
+from tracerl.trainer.serving.vllm_process import running_vllm
 from tracerl.trainer.tiny_model import build_tiny_model
-from tracerl_testing.installed import require
 from tracerl.net import free_port
 from tracerl_testing.peft_adapter_runner import run_peft_adapter
 
-REPO = Path(__file__).resolve().parents[3]
 LORA_RANK = 8
-
-
-@pytest.fixture(scope="session")
-def vllm_python() -> str:
-    python = os.environ.get(VLLM_PYTHON_ENV) or str(REPO / ".venv-vllm" / "bin" / "python")
-    require(Path(python).is_file(), "the CPU vLLM", f"set {VLLM_PYTHON_ENV} or build {python} as .ci/run does")
-    os.environ[VLLM_PYTHON_ENV] = python
-    return python
 
 
 @pytest.fixture(scope="session")
