@@ -3,7 +3,8 @@
 An ``AssistantAgent`` with one tool, ``calculator(expression)``: it reads a word problem
 and calls the tool, and the tool's result is its answer (AutoGen's tool-call summary,
 ``reflect_on_tool_use=False``). The paper's agent reflects in a second LLM call that
-restates the result; the README says why this one does not. The only tracerl calls are
+restates the result (``--reflect-on-tool-use``); the README says why the tiny model does not.
+The only tracerl calls are
 :func:`tracerl.episode` around a task and :func:`tracerl.emit_reward` once it is scored;
 capture is switched on by ``tracerl run``'s environment variables.
 
@@ -43,7 +44,7 @@ def final_answer(message: BaseChatMessage) -> str:
     return message.content if isinstance(message.content, str) else ""
 
 
-async def run_episode(task: Task, temperature: float, seed: int, model: str) -> float:
+async def run_episode(task: Task, temperature: float, seed: int, model: str, reflect: bool = False) -> float:
     client = OpenAIChatCompletionClient(
         model=model, base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ.get("OPENAI_API_KEY", "unused"),
         model_info=MODEL_INFO, temperature=temperature, seed=seed, max_tokens=MAX_TOKENS, max_retries=2,
@@ -52,7 +53,7 @@ async def run_episode(task: Task, temperature: float, seed: int, model: str) -> 
         with tracerl.episode(task_id=task.task_id, split=task.split):
             # made inside the episode, so AutoGen's create_agent span belongs to it too
             agent = AssistantAgent(
-                AGENT_NAME, model_client=client, tools=[calculator], system_message=SYSTEM_PROMPT, reflect_on_tool_use=False,
+                AGENT_NAME, model_client=client, tools=[calculator], system_message=SYSTEM_PROMPT, reflect_on_tool_use=reflect,
             )
             result = await agent.run(task=user_message(task))
             value = reward(task, final_answer(result.messages[-1]))
@@ -62,14 +63,14 @@ async def run_episode(task: Task, temperature: float, seed: int, model: str) -> 
         await client.close()
 
 
-async def run_all(lines: list[dict], model: str, concurrency: int) -> list[float]:
+async def run_all(lines: list[dict], model: str, concurrency: int, reflect: bool = False) -> list[float]:
     gate = asyncio.Semaphore(concurrency)
 
     async def one(line: dict) -> float:
         line = dict(line)
         temperature, seed = line.pop("temperature"), line.pop("seed")
         async with gate:
-            return await run_episode(Task(**line), temperature, seed, model)
+            return await run_episode(Task(**line), temperature, seed, model, reflect)
 
     return await asyncio.gather(*(one(line) for line in lines))
 
@@ -79,10 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("tasks", help="JSONL file, one task per line with its temperature and seed")
     parser.add_argument("--model", default=POLICY_MODEL_NAME)
     parser.add_argument("--concurrency", type=int, default=int(os.environ.get(AGENT_CONCURRENCY_ENV, "16")))
+    parser.add_argument("--reflect-on-tool-use", action="store_true",
+                        help="a second LLM call reads the tool's result and writes the answer (the paper's agent; for a real model)")
     args = parser.parse_args(argv)
     with open(args.tasks, encoding="utf-8") as handle:
         lines = [json.loads(line) for line in handle if line.strip()]
-    rewards = asyncio.run(run_all(lines, args.model, args.concurrency))
+    rewards = asyncio.run(run_all(lines, args.model, args.concurrency, args.reflect_on_tool_use))
     print(json.dumps({"episodes": len(rewards), "mean_reward": sum(rewards) / max(len(rewards), 1)}))
     return 0
 

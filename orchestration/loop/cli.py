@@ -6,6 +6,7 @@ Every default comes from the recipe's :class:`LoopConfig`; the run shows a progr
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -54,6 +55,10 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
         ),
         concurrency: int = typer.Option(d.concurrency, "--concurrency", min=1, help="Episodes the agent runs at once (1: exactly reproducible)."),
         max_tokens: Optional[int] = typer.Option(d.max_tokens, "--max-tokens", min=1, help="max_tokens of each agent call (default: the recipe's, sized for the tiny model)."),
+        agent_args: Optional[str] = typer.Option(
+            " ".join(d.agent_args) or None, "--agent-args",
+            help="More arguments of the agent program, quoted as one (e.g. --agent-args=--reflect-on-tool-use for calc).",
+        ),
         keep_checkpoints: int = typer.Option(d.keep_checkpoints, "--keep-checkpoints", min=1, help="Newest checkpoints kept on disk."),
         vllm_dtype: Optional[str] = typer.Option(None, "--vllm-dtype", help="With --server vllm: its --dtype (default: auto on a GPU, float32 on CPU)."),
         enforce_eager: Optional[bool] = typer.Option(None, "--enforce-eager/--cuda-graphs", help="With --server vllm: eager mode (default: CUDA graphs on a GPU, eager on CPU)."),
@@ -71,7 +76,7 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
         cfg = replace(
             d, out=out, rounds=rounds, tasks_per_round=tasks_per_round, group_size=group_size, eval_tasks=eval_tasks,
             seed=seed, model=model, data=data, credit=credit, gamma=gamma, air=air, agents=agents, server=server, tool_call_parser=tool_call_parser,
-            replay=replay, concurrency=concurrency, max_tokens=max_tokens, keep_checkpoints=keep_checkpoints,
+            replay=replay, concurrency=concurrency, max_tokens=max_tokens, agent_args=tuple(shlex.split(agent_args or "")), keep_checkpoints=keep_checkpoints,
             backend=backend, train=train_config, openrlhf=openrlhf,
             vllm=VllmOptions(dtype=vllm_dtype, enforce_eager=enforce_eager, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len),
         )

@@ -37,6 +37,7 @@ class LoopConfig:
     tiny_learning_rate: float = 1e-3  # the recipe's warm-started tiny model, when --lr is not given
     keep_checkpoints: int = 2  # the newest checkpoints kept on disk (the served one is always among them)
     max_tokens: int | None = None  # the agent's max_tokens per call (None: the recipe's, sized for the tiny model)
+    agent_args: tuple[str, ...] = ()  # more arguments of the agent program, its own switches (calc: --reflect-on-tool-use)
     # episodes the agent runs at once. 1 makes a run exactly reproducible: batched decoding pads, which moves
     # logits by ~1e-7, enough to flip a sampled token now and then (measured: one held-out episode in round 9
     # of two same-seed demo runs at 16). On the tiny model a round took about as long at 1 as at 16.

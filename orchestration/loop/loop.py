@@ -118,7 +118,10 @@ def write_round_tasks(path: Path, train: list[Task], held_out: list[Task], cfg: 
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
 
 
-def run_agent(recipe: AgentRecipe, tasks_file: Path, data_dir: Path, base_url: str, concurrency: int, max_tokens: int | None = None) -> None:
+def run_agent(
+    recipe: AgentRecipe, tasks_file: Path, data_dir: Path, base_url: str, concurrency: int, max_tokens: int | None = None,
+    agent_args: tuple[str, ...] = (),
+) -> None:
     """Run the recipe's agent with capture switched on by environment variables only."""
     env = {
         **os.environ,
@@ -129,10 +132,11 @@ def run_agent(recipe: AgentRecipe, tasks_file: Path, data_dir: Path, base_url: s
         AGENT_CONCURRENCY_ENV: str(concurrency),
         **({AGENT_MAX_TOKENS_ENV: str(max_tokens)} if max_tokens else {}),
     }
-    command = [sys.executable, "-m", "tracerl", "run", "--", *recipe.agent_argv, str(tasks_file)]
+    argv = [*recipe.agent_argv, *agent_args]
+    command = [sys.executable, "-m", "tracerl", "run", "--", *argv, str(tasks_file)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
-        raise AgentRunError(f"the {recipe.name} agent ({' '.join(recipe.agent_argv)}) exited with {done.returncode}:\n{done.stderr[-4000:]}")
+        raise AgentRunError(f"the {recipe.name} agent ({' '.join(argv)}) exited with {done.returncode}:\n{done.stderr[-4000:]}")
 
 
 def agents_pattern(names: str | None) -> str | None:
@@ -243,7 +247,7 @@ def run_loop(
             write_round_tasks(tasks_file, train_tasks, held_out, cfg, rnd)
             phase(rnd, "running the agent")
             with clock("rollout"):
-                run_agent(recipe, tasks_file, round_dir / "data", served.base_url, cfg.concurrency, cfg.max_tokens)
+                run_agent(recipe, tasks_file, round_dir / "data", served.base_url, cfg.concurrency, cfg.max_tokens, cfg.agent_args)
             rewards = mean_rewards_by_split(round_dir / "data")
             phase(rnd, "building the dataset")
             with clock("build"):

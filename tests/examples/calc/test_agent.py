@@ -103,3 +103,20 @@ def test_warm_start_prompts_are_the_prompts_the_agent_sends(one_round, scripted_
     taught = {tuple(s.prompt_token_ids) for stage in RECIPE.warm_start(round_train, 0) for s in supervised_samples(tokenizer, stage.examples)}
     prompts = {split: {tuple(c["prompt_token_ids"]) for c in calls if c["split"] == split} for split in ("train", "test")}
     assert prompts["train"] <= taught and not prompts["test"] & taught
+
+
+def test_reflect_on_tool_use_is_the_agents_own_switch_passed_through_the_loop(scripted_model, tmp_path):
+    """``--agent-args=--reflect-on-tool-use`` (the paper's agent, for a real model): a second call per
+    episode reads the tool's result and writes the answer, and both calls are captured for training."""
+    cfg = LoopConfig(out=tmp_path, rounds=0, tasks_per_round=1, group_size=2, eval_tasks=2, seed=0, model=str(scripted_model),
+                     agent_args=("--reflect-on-tool-use",), train=TrainConfig(epochs=1, minibatch_size=8))
+    run_loop(RECIPE, cfg)
+    calls = llm_calls(tmp_path / "rounds" / "000")
+    by_episode: dict[str, list[dict]] = {}
+    for call in sorted(calls, key=lambda c: c["start_time_unix_nano"]):
+        by_episode.setdefault(call["episode_id"], []).append(call)
+    assert len(by_episode) == 4 and all(len(pair) == 2 for pair in by_episode.values())
+    for first, second in by_episode.values():
+        # the reflection's prompt is the first call's prompt, its tool call, and the tool's result
+        assert second["prompt_token_ids"][: len(first["prompt_token_ids"])] == first["prompt_token_ids"]
+        assert len(second["prompt_token_ids"]) > len(first["prompt_token_ids"]) + len(first["completion_token_ids"])
