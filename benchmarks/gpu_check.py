@@ -2,7 +2,7 @@
 
 For the first GPU machine tracerl meets: it needs only a CUDA build of torch with transformers
 and peft (what such machines carry); nothing is downloaded. It builds a model of
-Qwen2.5-1.5B's shape with random weights (throughput and memory do not depend on the
+Qwen2.5-1.5B's shape (``--size 7b``: 7B's) with random weights (throughput and memory do not depend on the
 weights), makes ``--samples`` samples of random token ids with "served" log-probs from a plain
 Hugging Face forward, then trains one round on them with the torch backend and with the
 OpenRLHF backend (bf16, ZeRO ``--zero-stage``, gradient checkpointing, micro-batches of
@@ -27,6 +27,7 @@ and on the GPU machine::
     PYTHONPATH=/tmp/site:.whl/site python benchmarks/gpu_check.py                 # 1.5B, ZeRO-2, full weights
     PYTHONPATH=/tmp/site:.whl/site python benchmarks/gpu_check.py --zero-stage 3
     PYTHONPATH=/tmp/site:.whl/site python benchmarks/gpu_check.py --lora-rank 16
+    PYTHONPATH=/tmp/site:.whl/site python benchmarks/gpu_check.py --size 7b --lora-rank 16
 
 On CPU (what CI runs): ``python benchmarks/gpu_check.py --device cpu --tiny``.
 """
@@ -36,28 +37,18 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-# Qwen2.5-1.5B-Instruct's config.json, the fields that set its size and compute
-QWEN25_15B = dict(
-    vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-    num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
-)
-# the same architecture, small enough for a CPU (head_dim 64, GQA 2:1)
-TINY = dict(
-    vocab_size=2048, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
-    num_key_value_heads=1, max_position_embeddings=4096, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
-)
-
-
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     p.add_argument("--tiny", action="store_true", help="a few-million-parameter model of the same architecture")
+    p.add_argument("--size", choices=("1.5b", "7b"), default="1.5b", help="the Qwen2.5 model whose shape is built")
     p.add_argument("--samples", type=int, default=None, help="samples in the round (default 32, tiny 8)")
     p.add_argument("--prompt-tokens", type=int, default=None, help="default 768, tiny 48")
     p.add_argument("--response-tokens", type=int, default=None, help="default 256, tiny 16")
@@ -76,23 +67,15 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def build_model(folder: Path, shape: dict, device) -> Path:
-    """A Qwen2 model of ``shape`` with seeded random weights and a small local byte-level tokenizer."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def parameters(folder: Path) -> int:
+    """Parameters stored in the folder's safetensors files (read from their headers, not loaded)."""
+    from safetensors import safe_open
 
-    from tracerl.trainer.tiny_model import build_tokenizer
-
-    torch.manual_seed(0)
-    tokenizer = build_tokenizer()
-    config = Qwen2Config(**shape, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    with torch.device(device):
-        model = Qwen2ForCausalLM(config).to(dtype)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    del model
-    return folder
+    total = 0
+    for file in folder.glob("*.safetensors"):
+        with safe_open(file, "pt") as tensors:
+            total += sum(math.prod(tensors.get_slice(name).get_shape()) for name in tensors.keys())
+    return total
 
 
 def make_samples(args: argparse.Namespace, vocab: int):
@@ -176,20 +159,23 @@ def main() -> None:
     device = training_device()
     if args.device == "cuda" and device.type != "cuda":
         sys.exit("--device cuda: torch sees no GPU")
-    shape = TINY if args.tiny else QWEN25_15B
+    from tracerl_testing.qwen2_model import QWEN25_7B, QWEN25_15B, TINY, build_qwen2_model
+
+    shape = TINY if args.tiny else {"1.5b": QWEN25_15B, "7b": QWEN25_7B}[args.size]
     if args.untied:
         shape = {**shape, "tie_word_embeddings": False}
     args.out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
-    folder = build_model(args.out / ("tiny" if args.tiny else "qwen2.5-1.5b-shape"), shape, device)
+    name = "tiny Qwen2" if args.tiny else f"Qwen2.5-{args.size.upper()} shape"
+    folder = build_qwen2_model(args.out / name.replace(" ", "-"), shape, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32)
     build_seconds = time.perf_counter() - began
-    samples = make_samples(args, shape["vocab_size"])
+    samples = make_samples(args, json.loads((folder / "config.json").read_text())["vocab_size"])
     reference = plain_forward_logprobs(folder, samples, device)
     free(device)
     result = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "torch_version": torch.__version__, "model": "tiny Qwen2" if args.tiny else "Qwen2.5-1.5B shape",
-        "parameters": sum(v.numel() for v in __import__("safetensors.torch", fromlist=["load_file"]).load_file(next(folder.glob("*.safetensors"))).values()),
+        "torch_version": torch.__version__, "model": name,
+        "parameters": parameters(folder),
         "samples": args.samples, "tokens_per_sample": args.prompt_tokens + args.response_tokens, "minibatch": args.minibatch,
         "zero_stage": args.zero_stage, "lora_rank": args.lora_rank,
         "tied_embeddings": shape["tie_word_embeddings"], "build_seconds": round(build_seconds, 1),

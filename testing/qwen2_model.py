@@ -7,8 +7,8 @@ listed in the system turn and calls written as hermes ``<tool_call>`` blocks, so
 the tokenizer is byte-level BPE trained on a few strings.
 
 ``TINY`` serves on the CPU vLLM (head_dim 64: its CPU attention rejects 16; untied embeddings:
-its CPU ``reload_weights`` leaves a tied output head on the old weights). ``QWEN25_15B`` is
-Qwen2.5-1.5B-Instruct's size, for the GPU check.
+its CPU ``reload_weights`` leaves a tied output head on the old weights). ``QWEN25_15B`` and
+``QWEN25_7B`` are Qwen2.5-1.5B- and 7B-Instruct's sizes, for the GPU check.
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ from pathlib import Path
 QWEN25_15B = dict(
     hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
     max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, vocab_size=151936,
+)
+QWEN25_7B = dict(
+    hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+    max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False, vocab_size=152064,
 )
 TINY = dict(  # 3.4M parameters
     hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
@@ -109,8 +113,13 @@ def build_qwen2_model(path: str | Path, shape: dict = TINY, *, seed: int = 0, dt
         **{"vocab_size": len(tokenizer), **shape}, bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-        model = Qwen2ForCausalLM(config).to(dtype or torch.float32)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype or torch.float32)  # built in its dtype: a 7B model never exists in float32
+    try:
+        with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+            model = Qwen2ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     out = Path(path)

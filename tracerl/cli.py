@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from tracerl import __version__
@@ -38,5 +40,19 @@ def version() -> None:
     typer.echo(__version__)
 
 
+def launcher_argument(argv: list[str]) -> list[str]:
+    """``argv`` without the ``--local_rank=N`` the deepspeed launcher puts first (before the command).
+
+    ``deepspeed --module tracerl train ...`` runs ``python -m tracerl --local_rank=N train ...`` in
+    each process; the launcher sets ``LOCAL_RANK`` in the environment too, which is what
+    :func:`tracerl.trainer.training.device.launch_environment` reads.
+    """
+    if argv and argv[0].startswith("--local_rank="):
+        return argv[1:]
+    if len(argv) > 1 and argv[0] == "--local_rank":
+        return argv[2:]
+    return argv
+
+
 def main() -> None:
-    app()
+    app(args=launcher_argument(sys.argv[1:]))

@@ -25,7 +25,7 @@ def policy_server():
         yield server
 
 
-@pytest.fixture()
+@pytest.fixture(scope="session")
 def write_dataset():
     """Write rows chosen by a test as a dataset folder laid out as `pipeline build-dataset` does.
 

@@ -33,7 +33,6 @@ def train(
         None, "--max-policy-lag", min=0, metavar="K",
         help="Skip rows sampled more than K versions before the policy trained (--model's version, else the dataset's newest).",
     ),
-    local_rank: Optional[int] = typer.Option(None, "--local_rank", "--local-rank", hidden=True, help="Set by the deepspeed launcher (LOCAL_RANK is read)."),
     training: TrainingOverrides = TrainingOverrides(),
 ) -> None:
     """One clipped policy-gradient pass over a dataset: a new checkpoint with its manifest, optionally published.

@@ -1,7 +1,7 @@
-"""Several processes for real: `torchrun --nproc_per_node 2` (gloo on CPU) trains one round of the
-OpenRLHF backend, and its checkpoint is the one-process checkpoint (data parallelism splits each
-minibatch over the ranks; the gradients averaged are the whole minibatch's). Rank 0 alone writes
-and publishes: the server's version advances once."""
+"""Several processes for real: `torchrun --nproc_per_node 2` and `deepspeed --num_gpus 2` (gloo on
+CPU) each train one round of the OpenRLHF backend, and the checkpoint is the one-process checkpoint
+(data parallelism splits each minibatch over the ranks; the gradients averaged are the whole
+minibatch's). Rank 0 alone writes and publishes: the server's version advances once."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -42,27 +43,39 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(next(folder.glob("*.safetensors")))
 
 
-@pytest.fixture()
-def dataset(tmp_path, write_dataset):
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory, write_dataset):
     rows = [{"prompt_token_ids": p, "response_token_ids": r, "response_logprobs": None, "advantage": a} for p, r, a in ROWS]
-    return write_dataset(tmp_path / "ds", rows)
+    return write_dataset(tmp_path_factory.mktemp("ds") / "ds", rows)
 
 
-def test_two_processes_under_torchrun_train_the_one_process_checkpoint_and_publish_once(tiny_checkpoint, dataset, tmp_path):
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
-    one = _run(_train_command([sys.executable, "-m", "tracerl"], dataset, tiny_checkpoint, tmp_path / "one"))
+def _launcher(name: str) -> list[str]:
+    """The command that starts ``python -m tracerl`` in 2 processes, as trainer/README.md gives it."""
+    bin_dir = str(Path(sys.executable).parent)
+    if name == "torchrun":
+        return [shutil.which("torchrun", path=bin_dir), "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "tracerl"]
+    # the deepspeed launcher passes --local_rank=N first, before the command; `tracerl` sets it aside
+    return [shutil.which("deepspeed", path=bin_dir), "--num_gpus", "2", "--master_port", str(free_port()), "--module", "tracerl"]
+
+
+@pytest.fixture(scope="module")
+def one_process(tiny_checkpoint, tmp_path_factory, dataset):
+    out = tmp_path_factory.mktemp("one")
+    done = _run(_train_command([sys.executable, "-m", "tracerl"], dataset, tiny_checkpoint, out / "ckpt"))
+    return json.loads(done.stdout.splitlines()[-1]), _weights(out / "ckpt")
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed"])
+def test_two_processes_train_the_one_process_checkpoint_and_publish_once(launcher, tiny_checkpoint, one_process, dataset, tmp_path):
+    single, theirs = one_process
     with running_server(tiny_checkpoint) as server:
-        two = _run(_train_command([torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "tracerl"], dataset, tiny_checkpoint, tmp_path / "two",
-                                  ["--server", server.base_url]))
+        two = _run(_train_command(_launcher(launcher), dataset, tiny_checkpoint, tmp_path / "two", ["--server", server.base_url]))
         lines = [json.loads(line) for line in two.stdout.splitlines() if line.startswith("{")]
         assert len(lines) == 1 and lines[0]["policy_version"] == 1 and lines[0]["world_size"] == 2  # rank 0 alone speaks and publishes
-        import httpx
-
         assert httpx.get(f"{server.base_url.removesuffix('/v1')}/health").json()["policy_version"] == 1
-    single = json.loads(one.stdout.splitlines()[-1])
     assert single["steps"] == lines[0]["steps"] == 4 and single["tokens"] == lines[0]["tokens"]
     assert lines[0]["loss"] == pytest.approx(single["loss"], abs=1e-5)
-    theirs, ours = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    ours = _weights(tmp_path / "two")
     assert theirs.keys() == ours.keys()
     for name in theirs:
         torch.testing.assert_close(ours[name], theirs[name], atol=1e-5, rtol=1e-4, msg=name)
