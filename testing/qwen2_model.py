@@ -106,6 +106,8 @@ def build_qwen2_model(path: str | Path, shape: dict = TINY, *, seed: int = 0, dt
     from transformers import Qwen2Config, Qwen2ForCausalLM
     from transformers.utils import logging as hf_logging
 
+    from tracerl.trainer.tiny_model import save_model_folder
+
     hf_logging.disable_progress_bar()
     torch.manual_seed(seed)
     tokenizer = build_tokenizer()
@@ -120,10 +122,4 @@ def build_qwen2_model(path: str | Path, shape: dict = TINY, *, seed: int = 0, dt
             model = Qwen2ForCausalLM(config)
     finally:
         torch.set_default_dtype(default)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    out = Path(path)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    return save_model_folder(model, tokenizer, path)

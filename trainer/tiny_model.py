@@ -100,7 +100,11 @@ def build_tiny_model(path: str | os.PathLike, *, seed: int = 0, corpus: Sequence
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    model = LlamaForCausalLM(config)
+    return save_model_folder(LlamaForCausalLM(config), tokenizer, path)
+
+
+def save_model_folder(model, tokenizer, path: str | os.PathLike) -> Path:
+    """``model`` and ``tokenizer`` as a Hugging Face folder whose generation stops at the tokenizer's end token."""
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     out = Path(path)

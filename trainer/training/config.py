@@ -40,7 +40,7 @@ class TrainConfig:
     dtype: str | None = None  # "bf16", "fp16" or "fp32"; None: bf16 with CUDA, fp32 without
     attn_implementation: str | None = None  # None: flash_attention_2 where its kernels import on CUDA, else sdpa
     gradient_checkpointing: bool | None = None  # None: on with CUDA, off on CPU
-    logprob_chunk: int = 1024  # sequence positions whose logits exist at once (logprobs.py)
+    logprob_chunk: int = 1024  # tokens of a micro-batch whose logits exist at once (logprobs.py)
     lora_rank: int = 0  # > 0: train (and save) a LoRA adapter instead of the full weights
     lora_alpha: int = 16
 

@@ -2,9 +2,11 @@
 
 A real policy's vocabulary is large (Qwen2.5: 152k): the float32 logits of 64 sequences of
 1k tokens are ~40 GB before any activation. So the backbone runs once, and the output head,
-the log-softmax and the gather run over chunks of ``chunk`` positions; with gradients each
-chunk is recomputed in the backward pass (activation checkpointing), so at most one chunk's
-logits exist at a time, forward or backward.
+the log-softmax and the gather run over chunks of about ``chunk`` tokens of the batch (``chunk //
+batch`` positions of every row); with gradients each chunk is recomputed in the backward pass
+(activation checkpointing), so at most one chunk's logits exist at a time, forward or backward,
+whatever the micro-batch. (Chunks of positions alone did not bound it: on an H100 a 1.5B model at
+micro-batch 16 x 1k tokens asked for one 9.3 GiB chunk of logits and ran out of memory.)
 
 Both backends call :func:`token_logprobs`, so the trainer's log-probs are computed one way
 whatever trains them; tests compare them with a plain Hugging Face forward.
@@ -15,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-DEFAULT_CHUNK = 1024  # positions whose logits exist at once (x vocab x 4 bytes: 620 MB a row at 152k)
+DEFAULT_CHUNK = 1024  # tokens whose logits exist at once (x vocab x 4 bytes: 620 MB at 152k, ~3x that with softmax)
 
 
 def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
@@ -49,8 +51,9 @@ def token_logprobs(
     targets = ids[:, 1:]
     recompute = torch.is_grad_enabled() and hidden.requires_grad
     chosen, entropy = [], []
-    for start in range(0, hidden.shape[1], chunk):
-        args = (hidden[:, start : start + chunk], targets[:, start : start + chunk], head)
+    positions = max(1, chunk // hidden.shape[0])
+    for start in range(0, hidden.shape[1], positions):
+        args = (hidden[:, start : start + positions], targets[:, start : start + positions], head)
         lp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False) if recompute else _chunk_logprobs(*args)
         chosen.append(lp)
         entropy.append(ent)

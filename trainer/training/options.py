@@ -35,7 +35,7 @@ _OPTIONS: dict[str, tuple[str | None, Any, Any]] = {
     "dtype": ("dtype", Optional[str], typer.Option(None, "--dtype", help="bf16, fp16 or fp32 (default: bf16 with CUDA, fp32 without).")),
     "gradient_checkpointing": ("gradient_checkpointing", Optional[bool], typer.Option(
         None, "--gradient-checkpointing/--no-gradient-checkpointing", help="Recompute activations in the backward pass (default: on with CUDA).")),
-    "logprob_chunk": ("logprob_chunk", Optional[int], typer.Option(None, "--logprob-chunk", min=1, help="Sequence positions whose logits exist at once.")),
+    "logprob_chunk": ("logprob_chunk", Optional[int], typer.Option(None, "--logprob-chunk", min=1, help="Tokens of a micro-batch whose logits exist at once (bounds the output head's memory).")),
     "lora_rank": ("lora_rank", Optional[int], typer.Option(None, "--lora-rank", min=0, help="Train a LoRA adapter of this rank instead of the full weights.")),
     "lora_alpha": ("lora_alpha", Optional[int], typer.Option(None, "--lora-alpha", min=1, help="LoRA scale numerator.")),
     "zero_stage": ("zero_stage", Optional[int], typer.Option(None, "--zero-stage", min=0, max=3, help="openrlhf: DeepSpeed ZeRO stage (default 2).")),
