@@ -66,7 +66,7 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
         max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="With --server vllm: its context length."),
         training: TrainingOverrides = TrainingOverrides(),
     ) -> None:
-        from tracerl.orchestration.loop.loop import run_loop
+        from tracerl.orchestration.loop.loop import LoopSetupError, run_loop
 
         if server not in SERVERS:
             raise typer.BadParameter(f"{server!r} is not one of {', '.join(SERVERS)}", param_hint="--server")
@@ -97,7 +97,10 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
                 if not console.is_terminal:  # logs get one line per phase instead of a bar
                     console.print(f"round {rnd}: {text}")
 
-            rows = run_loop(recipe, cfg, on_phase=on_phase)
+            try:
+                rows = run_loop(recipe, cfg, on_phase=on_phase)
+            except LoopSetupError as exc:
+                raise typer.BadParameter(str(exc), param_hint="--server") from None
             bar.update(task, completed=rounds + 1, description="done")
 
         def fmt(value: Optional[float]) -> str:

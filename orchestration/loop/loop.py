@@ -14,8 +14,8 @@ Each round:
    model, the recipe's format turns, so that training one sub-agent's calls does not wear
    down another's format; with ``--model`` and ``--replay``, the policy's own best-rewarded
    outputs), and writes a checkpoint, which :func:`tracerl.trainer.publish.publish` makes
-   the endpoint serve as the next policy version. Only the newest ``keep_checkpoints``
-   checkpoints stay on disk.
+   the endpoint serve as the next policy version (with ``--lora-rank``, the adapter, which
+   vLLM swaps in place). Only the newest ``keep_checkpoints`` checkpoints keep their weights.
 
 The endpoint is tracerl's built-in server or ``vllm serve`` (``LoopConfig.server``),
 started on the starting policy for the whole run.
@@ -224,12 +224,12 @@ def run_loop(
     out.mkdir(parents=True, exist_ok=True)
     metrics_path = out / A.RUN_METRICS_FILE
     metrics_path.write_text("")
-    phase(0, "preparing the starting policy")
     cfg = training_setup(cfg)
+    if not endpoint and cfg.server != "vllm" and (cfg.train.lora_rank > 0 or (cfg.model and lora_policy(cfg.model, cfg))):
+        raise LoopSetupError("LoRA rounds publish adapters, which `tracerl serve` does not load: use --server vllm (it swaps the adapter in place)")
+    phase(0, "preparing the starting policy")
     start = Path(cfg.model) if cfg.model else starting_policy(recipe, cfg.seed, cfg.data)
     lora = lora_policy(start, cfg)
-    if lora and not endpoint and cfg.server != "vllm":
-        raise LoopSetupError("LoRA rounds publish adapters, which `tracerl serve` does not load: use --server vllm (it swaps the adapter in place)")
     trainer = load_trainer(cfg.backend, start, cfg.train, cfg.openrlhf)
     phase(0, f"training with {cfg.backend} on {trainer.device}, learning rate {trainer.learning_rate:g}")
     train_tasks, held_out = recipe.tasks(cfg.seed, cfg.data)
