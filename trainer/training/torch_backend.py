@@ -1,9 +1,9 @@
 """The built-in training backend: the shared objective on one process with plain torch.
 
 No DeepSpeed, no launcher: what a laptop, a CPU box or a single GPU needs. On CUDA the
-weights and Adam's moments stay float32 and the forward runs under bf16 autocast (a
+trained weights and Adam's moments stay float32 and the forward runs under bf16 autocast (a
 learning rate of 1e-6 vanishes in bf16 weights); on CPU everything is float32. LoRA
-(``lora_rank``) trains a PEFT adapter instead of the full weights; a ``--model`` that is an
+(``lora_rank``) trains a float32 PEFT adapter on a frozen base held in the compute dtype; a ``--model`` that is an
 adapter continues training it. The optimizer state is saved beside the weights only when the
 caller asks (``tracerl train`` resumes it in its next process); in-process rounds keep it in
 memory.
@@ -41,10 +41,14 @@ class PolicyTrainer(PolicyGradientTrainer):
         self.compute_dtype = torch_dtype(cfg.dtype or default_dtype(self.device))
         torch.manual_seed(cfg.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(folder.path)
+        lora = folder.is_adapter or cfg.lora_rank > 0
+        # a frozen base is never updated, so it needs no float32 copy: in the compute dtype, a 7B
+        # base is 15 GB instead of 30; PEFT keeps the adapter itself in float32
         model = AutoModelForCausalLM.from_pretrained(
-            folder.base, dtype=torch.float32, attn_implementation=cfg.attn_implementation or attention_implementation(self.device)
+            folder.base, dtype=self.compute_dtype if lora else torch.float32,
+            attn_implementation=cfg.attn_implementation or attention_implementation(self.device),
         )
-        if folder.is_adapter or cfg.lora_rank > 0:
+        if lora:
             model = self._with_lora(model, folder, cfg)
         if self.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
