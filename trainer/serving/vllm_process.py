@@ -103,7 +103,7 @@ def vllm_lora_rank(rank: int) -> int:
 
 
 def vllm_command(
-    python: str, model: Path, *, served_model_name: str, host: str, port: int, options: VllmOptions, lora_rank: int | None,
+    python: str, model: Path, *, served_model_name: str, host: str, port: int, options: VllmOptions, lora_rank: int | None = None,
     tool_call_parser: str | None = None, cuda: bool | None = None,
 ) -> list[str]:
     """The ``vllm serve`` command line; ``cuda`` (default: whether torch here sees a GPU) picks the defaults of ``options``."""
