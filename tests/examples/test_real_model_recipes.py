@@ -1,5 +1,6 @@
 """The examples as a GPU user runs them, on a model of a real architecture: the command with a
-local Qwen2 folder where they would name a hub id, vLLM serving, each round published to it.
+local Qwen2 folder where they would name a hub id, the paper's data sets (`--data`, a few lines of
+each in its published format), vLLM serving, each round published to it.
 
 The model (``tracerl_testing.qwen2_model``: Qwen2's classes and chat format, hermes tool calls,
 random weights) earns no reward, so nothing is learned here (the backend tests show the
@@ -37,11 +38,15 @@ def served_versions(round_dir: Path) -> list[int]:
     return [v for (v,) in duckdb.sql(query).fetchall()]
 
 
+DATA = REPO / "tests" / "examples"
+
+
 @pytest.mark.parametrize(("example", "training"), [
-    ("sql", ["--backend", "openrlhf"]),
-    ("calc", ["--backend", "openrlhf", "--tool-call-parser", "hermes"]),
+    ("sql", ["--backend", "openrlhf", "--data", str(DATA / "sql" / "data" / "dev.json")]),
+    ("calc", ["--backend", "openrlhf", "--tool-call-parser", "hermes", "--data", str(DATA / "calc" / "data" / "calcx_sample.jsonl")]),
+    ("rag", ["--tool-call-parser", "hermes", "--data", str(DATA / "rag" / "data" / "musique_sample.jsonl")]),
     ("calc", ["--lora-rank", "8", "--tool-call-parser", "hermes"]),
-], ids=["sql-openrlhf", "calc-openrlhf", "calc-lora"])
+], ids=["sql-spider-openrlhf", "calc-calcx-openrlhf", "rag-musique-torch", "calc-lora"])
 def test_two_rounds_on_vllm_publish_each_checkpoint_and_the_next_calls_come_from_it(example, training, qwen2_folder, vllm_python, tmp_path):
     out = tmp_path / "run"
     command = [
