@@ -103,13 +103,15 @@ def run(
     endpoint_kind: str = typer.Option(BuiltinServer.kind, "--endpoint-kind", help="What serves at --endpoint."),
     eval_command: Optional[str] = typer.Option(None, "--eval", help="Gate: a command printing a checkpoint's held-out reward ({checkpoint} replaced)."),
     gate_margin: Optional[float] = typer.Option(None, "--gate-margin", min=0.0, help="Gate: hold a checkpoint scoring worse than the served one by more."),
+    keep_checkpoints: Optional[int] = typer.Option(
+        None, "--keep-checkpoints", min=0, help="Newest versions whose weights stay, besides the served and pinned ones (0: all; default 2)."),
     **training: Any,
 ) -> None:
     """One scheduled round, then exit: new episodes -> dataset -> train -> publish -> record -> report."""
     try:
         cfg = _config_from_options(config, spans=spans, state=state, model=model, min_episodes=min_episodes, max_policy_lag=max_policy_lag,
                                    split=split, agents=agents, endpoint=endpoint, endpoint_kind=endpoint_kind,
-                                   eval_command=eval_command, gate_margin=gate_margin, **training)
+                                   eval_command=eval_command, gate_margin=gate_margin, keep_checkpoints=keep_checkpoints, **training)
     except RoundConfigError as exc:
         raise typer.Exit(_emit({"status": "config_error", "reason": str(exc)})) from None
     raise typer.Exit(_emit(one_round(cfg)))
@@ -184,17 +186,19 @@ def _state_of(config: Path | None, state: Path | None) -> Path:
 def list_policies(config: Optional[Path] = _CONFIG, state: Optional[Path] = _STATE) -> None:
     """One line per version: version, kind, parent, episodes, loss, where it is served."""
     from tracerl.orchestration.rounds.registry import RegistryError
+    from tracerl.trainer.training.checkpoint import has_weights
 
     try:
         entries = _registry(config, state).entries()
     except RegistryError as exc:
         raise typer.BadParameter(str(exc), param_hint="--state") from None
-    typer.echo(f"{'version':>7}  {'kind':<8}  {'parent':>6}  {'episodes':>8}  {'loss':>10}  {'recorded':<25}  published")
+    typer.echo(f"{'version':>7}  {'kind':<8}  {'parent':>6}  {'episodes':>8}  {'loss':>10}  {'weights':<8}  {'recorded':<25}  published")
     for e in entries:
         loss = (e.get("metrics") or {}).get("loss")
         where = ", ".join(f"{p['endpoint']} as {p['policy_version']}" for p in e.get("published", [])) or "-"
+        weights = "pinned" if e.get("pinned") else ("kept" if e["kind"] == "base" or has_weights(Path(e["checkpoint"])) else "pruned")
         typer.echo(f"{e['version']:>7}  {e['kind']:<8}  {e['parent'] if e['parent'] is not None else '-':>6}  "
-                   f"{len(e.get('episodes', [])):>8}  {'-' if loss is None else f'{loss:.4g}':>10}  {e['recorded_at']:<25}  {where}")
+                   f"{len(e.get('episodes', [])):>8}  {'-' if loss is None else f'{loss:.4g}':>10}  {weights:<8}  {e['recorded_at']:<25}  {where}")
 
 
 @policy_app.command("show")
@@ -206,6 +210,28 @@ def show_policy(version: int = typer.Argument(...), config: Optional[Path] = _CO
         typer.echo(json.dumps(_registry(config, state).get(version), indent=2))
     except RegistryError as exc:
         raise typer.BadParameter(str(exc), param_hint="VERSION") from None
+
+
+@policy_app.command("pin")
+def pin_policy(
+    version: int = typer.Argument(..., help="The version whose weights to keep."),
+    config: Optional[Path] = _CONFIG,
+    state: Optional[Path] = _STATE,
+    unpin: bool = typer.Option(False, "--unpin", help="Let keep_checkpoints prune it again."),
+) -> None:
+    """Keep VERSION's weights whatever keep_checkpoints says (a version you may roll back to); one JSON line."""
+    from tracerl.orchestration.rounds.lock import RoundLocked, round_lock
+    from tracerl.orchestration.rounds.registry import RegistryError
+
+    folder = _state_of(config, state)
+    try:
+        with round_lock(folder):  # a round rewrites the registry too
+            entry = _registry(None, folder).set_pinned(version, not unpin)
+    except RoundLocked as exc:
+        raise typer.Exit(_emit({"status": "locked", "reason": str(exc)})) from None
+    except RegistryError as exc:
+        raise typer.BadParameter(str(exc), param_hint="VERSION") from None
+    typer.echo(json.dumps({"status": "pinned" if entry["pinned"] else "unpinned", "version": version, "checkpoint": entry["checkpoint"]}))
 
 
 @policy_app.command("rollback")

@@ -10,6 +10,7 @@
     backend = "torch"                              # or "openrlhf"
     eval_command = "python eval.py {checkpoint}"   # optional gate: prints the held-out mean reward last
     gate_margin = 0.02                             # do not publish a checkpoint scoring worse by more
+    keep_checkpoints = 2                           # versions whose weights stay (plus the served and pinned); 0: all
 
     [build]                                        # BuildOptions fields (tracerl pipeline build-dataset)
     splits = ["train"]
@@ -64,6 +65,9 @@ class RoundConfig:
     report: bool = True  # refresh STATE/report.html after each round
     eval_command: str | None = None  # held-out evaluation of a checkpoint (orchestration/rounds/gate.py): enables the gate
     gate_margin: float = 0.0  # hold a checkpoint scoring below the current policy's score minus this
+    # the newest versions whose weights stay on disk, besides the served one and pinned ones (0: every version's);
+    # an older version keeps its config and manifest, so it stays readable, but cannot be rolled back to
+    keep_checkpoints: int = 2
     build: BuildOptions = field(default_factory=lambda: BuildOptions(incremental=True))
     train: TrainConfig = field(default_factory=TrainConfig)
     openrlhf: OpenRLHFOptions = field(default_factory=OpenRLHFOptions)
@@ -74,6 +78,8 @@ class RoundConfig:
             raise RoundConfigError(f"backend: unknown {self.backend!r}, use {' or '.join(BACKENDS)}")
         if self.min_episodes < 1:
             raise RoundConfigError(f"min_episodes must be at least 1, got {self.min_episodes}")
+        if self.keep_checkpoints < 0:
+            raise RoundConfigError(f"keep_checkpoints must be 0 (keep all) or more, got {self.keep_checkpoints}")
         if self.max_policy_lag is not None and self.max_policy_lag < 0:
             raise RoundConfigError(f"max_policy_lag must be 0 or more, got {self.max_policy_lag}")
         for endpoint in self.endpoints:

@@ -10,7 +10,8 @@ mid-write sees the old table or the new one. Each entry is a policy version:
 - for trained versions: ``dataset`` (the round's folder, its files, the build manifest),
   ``episodes`` (id and the policy versions that sampled it), ``metrics``, ``skipped``;
 - ``published``: each endpoint, the version it serves it as, how long it took and when;
-  ``recorded_at``; with an eval command, ``eval_reward`` and the ``gate`` decision (a version it
+  ``recorded_at``; ``pinned`` (``tracerl policy pin``): its weights are kept whatever
+  ``keep_checkpoints`` says; with an eval command, ``eval_reward`` and the ``gate`` decision (a version it
   held back was never published; the next round trains from the one before).
 
 The episodes a version trained on are its files' episodes; the files every version
@@ -63,7 +64,7 @@ class PolicyRegistry:
         raise RegistryError(f"no policy version {version} in {self.path} (versions: {known}; see `tracerl policy list`)")
 
     def skipped(self) -> list[dict[str, Any]]:
-        """Rounds that had nothing to train on (every row too stale), oldest first: their files, why, when."""
+        """Rounds that had nothing to train on (rows too stale, empty responses), oldest first: their files, why, when."""
         if not self.path.is_file():
             return []
         return json.loads(self.path.read_text(encoding="utf-8")).get("skipped", [])
@@ -76,6 +77,13 @@ class PolicyRegistry:
     def record_skip(self, record: dict[str, Any]) -> None:
         """Set a round's files aside (no version is made): the next round does not meet them again."""
         self._write(self.entries(), [*self.skipped(), record])
+
+    def set_pinned(self, version: int, pinned: bool) -> dict[str, Any]:
+        """Mark ``version`` as kept (or no longer) when old checkpoints are pruned; returns its entry."""
+        self.get(version)  # names the versions there are if it is not one
+        entries = [{**e, "pinned": pinned} if e["version"] == version else e for e in self.entries()]
+        self._write(entries, self.skipped())
+        return next(e for e in entries if e["version"] == version)
 
     def append(self, entry: dict[str, Any]) -> None:
         """Record ``entry`` as the newest version (its ``version`` must follow the latest's)."""

@@ -18,7 +18,7 @@ from tracerl.storage import fsync_dir
 from tracerl.orchestration.rounds.config import Endpoint
 from tracerl.orchestration.rounds.registry import PolicyRegistry, RegistryError
 from tracerl.orchestration.rounds.round import StateFolder, utc_now, publish_everywhere
-from tracerl.trainer.training.checkpoint import read_checkpoint_manifest, write_checkpoint_manifest
+from tracerl.trainer.training.checkpoint import has_weights, read_checkpoint_manifest, write_checkpoint_manifest
 
 
 def rollback(state: Path, version: int, endpoints: tuple[Endpoint, ...]) -> dict[str, Any]:
@@ -50,6 +50,11 @@ def _link_copy(source: Path, target: Path) -> None:
     """``target`` as a hard-linked copy of the checkpoint ``source``, appearing whole (replacing a leftover)."""
     if not (source / "config.json").is_file():
         raise RegistryError(f"{source} (the checkpoint to roll back to) is gone or not a checkpoint: it cannot be served again")
+    if not has_weights(source):
+        raise RegistryError(
+            f"{source} (the checkpoint to roll back to) had its weights deleted: keep_checkpoints keeps only the newest "
+            "versions'. Pin the versions you may want back (`tracerl policy pin V`) or raise keep_checkpoints"
+        )
     partial = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     shutil.copytree(source, partial, copy_function=_link_or_copy)

@@ -48,7 +48,7 @@ from tracerl.schemas import attributes as A
 from tracerl.storage import fsync_dir
 from tracerl.orchestration.rounds.config import Endpoint, RoundConfig
 from tracerl.orchestration.rounds.registry import PolicyRegistry
-from tracerl.trainer.training.checkpoint import read_checkpoint_manifest
+from tracerl.trainer.training.checkpoint import prune_checkpoints, read_checkpoint_manifest
 
 PHASES = ("build", "train", "checkpoint", "publish", "record", "report")
 
@@ -201,6 +201,7 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
             **({"eval_reward": decision["eval_reward"], "gate": decision} if decision else {}),
         })
         write_metrics(registry, state.metrics)
+        prune_versions(registry, config.keep_checkpoints)
     summary.status = "held" if decision and decision["held"] else "trained"
     if config.report:
         with clock("report"):
@@ -226,6 +227,17 @@ def publish_everywhere(endpoints: tuple[Endpoint, ...], checkpoint: Path, versio
         published.append({"endpoint": endpoint.url, "kind": endpoint.kind, "policy_version": result.policy_version,
                           "seconds": round(result.seconds, 3), "at": utc_now()})
     return published
+
+
+def prune_versions(registry: PolicyRegistry, keep: int) -> list[Path]:
+    """Delete the weights of all but the newest ``keep`` versions, never those of the served version
+    (what the next round trains from) or of a pinned one; the base model is the user's and is never touched."""
+    if keep <= 0:
+        return []
+    entries = [e for e in registry.entries() if e["kind"] != "base"]
+    current = registry.current()
+    protected = {Path(e["checkpoint"]) for e in entries if e.get("pinned")} | ({Path(current["checkpoint"])} if current else set())
+    return prune_checkpoints([Path(e["checkpoint"]) for e in entries], keep=keep, protected=protected)
 
 
 def write_metrics(registry: PolicyRegistry, path: Path) -> None:

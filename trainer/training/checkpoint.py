@@ -78,6 +78,11 @@ def read_checkpoint_manifest(checkpoint: str | os.PathLike) -> dict | None:
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 
 
+def has_weights(path: Path) -> bool:
+    """Whether the checkpoint still holds its weights (:func:`prune_checkpoints` keeps only config and manifest)."""
+    return path.is_dir() and any(f.is_file() and f.suffix in WEIGHT_SUFFIXES for f in path.iterdir())
+
+
 def prune_checkpoints(checkpoints: list[Path], *, keep: int, protected: set[Path] = frozenset()) -> list[Path]:
     """Delete the weights of all but the newest ``keep`` of ``checkpoints`` (oldest first) and of none in ``protected``.
 

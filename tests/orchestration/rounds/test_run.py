@@ -100,6 +100,33 @@ def test_a_round_with_nothing_trainable_is_set_aside_and_the_next_trains_on_new_
     assert "1 round(s) set aside, no version made" in report.read_text() and "empty response" in report.read_text()
 
 
+def test_old_versions_lose_their_weights_unless_served_or_pinned_and_cannot_be_rolled_back_to(tmp_path, capture, round_config, tracerl, tiny_checkpoint):
+    """keep_checkpoints = 1: after three rounds only the newest version and the pinned one keep their
+    weights (the others keep config and manifest); rolling back to a pruned one says what to do."""
+    state = tmp_path / "state"
+    runner = CliRunner()
+    with running_server(tiny_checkpoint) as server:
+        config = round_config(min_episodes=2, keep_checkpoints=1, endpoint=server.base_url)
+        capture(2)
+        assert tracerl("train", "run", "--config", str(config)).summary["version"] == 1
+        pinned = runner.invoke(app, ["policy", "pin", "1", "--state", str(state)])
+        assert pinned.exit_code == 0 and json.loads(pinned.stdout)["status"] == "pinned"
+        for version in (2, 3):
+            capture(2)
+            assert tracerl("train", "run", "--config", str(config)).summary["version"] == version
+    weights = {v: (state / "policies" / f"v{v:04d}" / "model.safetensors").exists() for v in (1, 2, 3)}
+    assert weights == {1: True, 2: False, 3: True}
+    assert (state / "policies" / "v0002" / "tracerl_checkpoint.json").exists()  # what it was stays readable
+    listed = runner.invoke(app, ["policy", "list", "--state", str(state)]).stdout.splitlines()
+    assert [line.split()[5] for line in listed[1:]] == ["kept", "pinned", "pruned", "kept"]
+
+    refused = runner.invoke(app, ["policy", "rollback", "2", "--state", str(state)])
+    assert refused.exit_code == 2
+    reason = json.loads(refused.stdout.strip().splitlines()[-1])["reason"]
+    assert "had its weights deleted" in reason and "tracerl policy pin V" in reason
+    assert [e["version"] for e in PolicyRegistry(state).entries()] == [0, 1, 2, 3]  # nothing recorded
+
+
 def test_a_second_round_while_one_runs_exits_3(tmp_path, capture, round_config, tracerl):
     capture(2)
     config = round_config()
