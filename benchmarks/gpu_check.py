@@ -6,7 +6,7 @@ Qwen2.5-1.5B's shape (``--size 7b``: 7B's) with random weights (throughput and m
 weights), makes ``--samples`` samples of random token ids with "served" log-probs from a plain
 Hugging Face forward, then trains one round on them with the torch backend and with the
 OpenRLHF backend (bf16, ZeRO ``--zero-stage``, gradient checkpointing, micro-batches of
-``--micro-batch``), one after the other in this process. It prints one JSON line: per backend,
+``--micro-batch``), one after the other in this process. It prints one JSON line on stdout (nothing else goes there): per backend,
 training tokens/s, peak memory, seconds, micro-batch, and the largest and mean difference
 between the trainer's log-probs and the plain forward's (float32) on the same weights.
 
@@ -35,6 +35,7 @@ On CPU (what CI runs): ``python benchmarks/gpu_check.py --device cpu --tiny``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import math
@@ -150,7 +151,13 @@ def check_backend(backend: str, folder: Path, samples, reference, args: argparse
 
 
 def main() -> None:
-    args = parse_args()
+    # stdout is the JSON line alone: what libraries print there while loading (transformers' "[MoE] ...") goes to stderr
+    stdout = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        run(parse_args(), stdout)
+
+
+def run(args: argparse.Namespace, stdout) -> None:
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import torch
@@ -182,7 +189,7 @@ def main() -> None:
     }
     for backend in args.backends.split(","):
         result[backend] = check_backend(backend, folder, samples, reference, args, device)
-    print(json.dumps(result), flush=True)
+    print(json.dumps(result), file=stdout, flush=True)
 
 
 if __name__ == "__main__":
