@@ -121,6 +121,16 @@ def test_served_logprob_gap_and_icepop_filter_come_from_the_sampler_log_probs(ti
     assert missing.missing_logprobs == 8 and missing.served_logprob_gap is None
 
 
+def test_learning_rate_zero_is_the_same_run_without_learning(tiny_checkpoint):
+    """``--lr 0`` is the control a learning claim is measured against (benchmarks/learning.py): every
+    step is taken, the loss is computed, and no weight moves."""
+    trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(dtype="fp32", epochs=2, minibatch_size=4, learning_rate=0.0))
+    before = _params(trainer.actor.model.module)
+    metrics = trainer.train(_served_apart(trainer, _batch()))
+    assert metrics.steps == 4 and metrics.loss != 0.0 and metrics.learning_rate == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, _params(trainer.actor.model.module)))
+
+
 def test_reference_kl_is_reported_and_grows_as_the_policy_moves(tiny_checkpoint):
     options = OpenRLHFOptions(reference_model=str(tiny_checkpoint), kl_coef=0.1)
     trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(dtype="fp32", learning_rate=3e-3, epochs=1, minibatch_size=8), options)
