@@ -18,12 +18,12 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from tracerl.trainer.training.batch import collate, minibatch_order, response_span, served_logprob_gap
+from tracerl.trainer.training.batch import collate, minibatch_order, response_columns, response_span, served_logprob_gap
 from tracerl.trainer.training.config import OpenRLHFOptions, TrainConfig, default_learning_rate
 from tracerl.trainer.training.dataset import Sample
 from tracerl.trainer.training.device import peak_memory_bytes
@@ -211,7 +211,7 @@ class PolicyGradientTrainer(ABC):
         sums, loss_sum, reference_sum, processed = ObjectiveSums(), 0.0, 0.0, 0
         for offset, micro in self._micro_batches(batch):
             data = self._to_device(collate(micro, self.pad_id))
-            old = self._to_device(collate([replace(s, response_logprobs=lp) for s, lp in zip(micro, start[offset : offset + len(micro)])], self.pad_id))["served_logprobs"]
+            old = response_columns(micro, start[offset : offset + len(micro)], data["ids"].shape[1]).to(self.device)
             rollout = torch.where(data["has_served"].unsqueeze(1), data["served_logprobs"], old)
             logprobs, entropy = self._logprobs(data, with_entropy=True)
             advantages = torch.tensor([s.advantage for s in micro], device=self.device, dtype=torch.float32)

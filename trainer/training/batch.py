@@ -31,8 +31,6 @@ def collate(samples: Sequence[Sample], pad_id: int) -> dict[str, torch.Tensor]:
     ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
     attention = torch.zeros((len(samples), width), dtype=torch.long)
     action_mask = torch.zeros((len(samples), width - 1))
-    served = torch.zeros((len(samples), width - 1))
-    has_served = torch.zeros(len(samples), dtype=torch.bool)
     for i, s in enumerate(samples):
         seq = list(s.prompt_token_ids) + list(s.response_token_ids)
         ids[i, : len(seq)] = torch.tensor(seq)
@@ -40,10 +38,19 @@ def collate(samples: Sequence[Sample], pad_id: int) -> dict[str, torch.Tensor]:
         start, end = response_span(s)
         mask = s.response_mask if s.response_mask is not None else [1] * len(s.response_token_ids)
         action_mask[i, start:end] = torch.tensor(mask, dtype=torch.float)
-        if s.response_logprobs is not None:
-            served[i, start:end] = torch.tensor(s.response_logprobs)
-            has_served[i] = True
+    served = response_columns(samples, [s.response_logprobs for s in samples], width)
+    has_served = torch.tensor([s.response_logprobs is not None for s in samples], dtype=torch.bool)
     return {"ids": ids, "attention": attention, "action_mask": action_mask, "served_logprobs": served, "has_served": has_served}
+
+
+def response_columns(samples: Sequence[Sample], values: Sequence[Sequence[float] | None], width: int) -> torch.Tensor:
+    """Per-sample response-token values (log-probs) in the columns of a collated batch ``width`` wide; zeros elsewhere."""
+    out = torch.zeros((len(samples), width - 1))
+    for i, (s, row) in enumerate(zip(samples, values)):
+        if row is not None:
+            start, end = response_span(s)
+            out[i, start:end] = torch.tensor(row)
+    return out
 
 
 def response_span(sample: Sample) -> tuple[int, int]:
