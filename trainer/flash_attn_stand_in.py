@@ -18,6 +18,7 @@ import sys
 import types
 
 FLASH_ATTN_KERNELS = "flash_attn_2_cuda"
+STAND_IN_MARK = "tracerl_stand_in"  # an attribute of the stand-in module only
 
 
 def _missing_kernels_module() -> types.ModuleType:
@@ -32,7 +33,7 @@ def _missing_kernels_module() -> types.ModuleType:
 
     module.__getattr__ = __getattr__  # type: ignore[method-assign]
     module.__file__ = __file__  # inspect and hasattr probes see an ordinary module
-    module.tracerl_stand_in = True  # type: ignore[attr-defined]  device.attention_implementation asks
+    setattr(module, STAND_IN_MARK, True)
     return module
 
 
@@ -42,3 +43,15 @@ def install_kernel_stand_in() -> None:
         return
     if importlib.util.find_spec(FLASH_ATTN_KERNELS) is None:
         sys.modules[FLASH_ATTN_KERNELS] = _missing_kernels_module()
+
+
+def kernels_built() -> bool:
+    """Whether flash-attn's real CUDA kernels import here (the stand-in is not them)."""
+    loaded = sys.modules.get(FLASH_ATTN_KERNELS)
+    if loaded is not None:
+        return not vars(loaded).get(STAND_IN_MARK)
+    try:
+        importlib.import_module(FLASH_ATTN_KERNELS)
+    except ImportError:
+        return False
+    return True

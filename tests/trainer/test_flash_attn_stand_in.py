@@ -12,11 +12,11 @@ import sys
 
 import pytest
 
-from tracerl.trainer.flash_attn_stand_in import FLASH_ATTN_KERNELS
+from tracerl.trainer.flash_attn_stand_in import FLASH_ATTN_KERNELS, STAND_IN_MARK
 
 # importing tracerl.trainer (above) installed the stand-in if, and only if, this machine needs it
 pytestmark = pytest.mark.skipif(
-    not getattr(sys.modules.get(FLASH_ATTN_KERNELS), "tracerl_stand_in", False),
+    not getattr(sys.modules.get(FLASH_ATTN_KERNELS), STAND_IN_MARK, False),
     reason="flash-attn is not installed here, or with its kernels",
 )
 
@@ -26,6 +26,10 @@ from transformers import LlamaConfig, Qwen2ForCausalLM
 import flash_attn.bert_padding
 kernels = sys.modules[{FLASH_ATTN_KERNELS!r}]
 assert kernels.__file__ == stand_in.__file__, kernels.__file__
+assert not stand_in.kernels_built()
+import torch
+from tracerl.trainer.training.device import attention_implementation
+assert attention_implementation(torch.device("cuda")) == "sdpa"  # what a GPU without the kernels trains with
 try:
     kernels.fwd
 except AttributeError as exc:

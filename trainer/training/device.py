@@ -17,7 +17,6 @@ code trains on a laptop's CPU, one GPU, or many GPUs under ``torchrun`` / ``deep
 
 from __future__ import annotations
 
-import importlib
 import os
 import resource
 import sys
@@ -25,6 +24,7 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass
 
 from tracerl.net import free_port
+from tracerl.trainer.flash_attn_stand_in import kernels_built
 
 
 @dataclass(frozen=True)
@@ -95,14 +95,7 @@ def attention_implementation(device=None) -> str:
     device = device if device is not None else training_device()
     if device.type != "cuda":
         return "sdpa"
-    loaded = sys.modules.get("flash_attn_2_cuda")
-    if loaded is not None:  # imported already: real, or openrlhf_compat's stand-in for missing kernels
-        return "sdpa" if vars(loaded).get("tracerl_stand_in") else "flash_attention_2"
-    try:
-        importlib.import_module("flash_attn_2_cuda")  # the kernels themselves, not flash-attn's Python parts
-    except ImportError:
-        return "sdpa"
-    return "flash_attention_2"
+    return "flash_attention_2" if kernels_built() else "sdpa"
 
 
 def peak_memory_bytes(device=None) -> int:
