@@ -38,7 +38,6 @@ import argparse
 import contextlib
 import gc
 import json
-import math
 import os
 import sys
 import time
@@ -66,34 +65,6 @@ def parse_args() -> argparse.Namespace:
         if getattr(args, name) is None:
             setattr(args, name, tiny if small else big)
     return args
-
-
-def parameters(folder: Path) -> int:
-    """Parameters stored in the folder's safetensors files (read from their headers, not loaded)."""
-    from safetensors import safe_open
-
-    total = 0
-    for file in folder.glob("*.safetensors"):
-        with safe_open(file, "pt") as tensors:
-            total += sum(math.prod(tensors.get_slice(name).get_shape()) for name in tensors.keys())
-    return total
-
-
-def make_samples(args: argparse.Namespace, vocab: int):
-    import torch
-
-    from tracerl.trainer.training.dataset import Sample
-
-    g = torch.Generator().manual_seed(0)
-    low = 300  # past the tokenizer's special tokens
-    return [
-        Sample(
-            prompt_token_ids=torch.randint(low, vocab, (args.prompt_tokens,), generator=g).tolist(),
-            response_token_ids=torch.randint(low, vocab, (args.response_tokens,), generator=g).tolist(),
-            advantage=1.0 if i % 2 == 0 else -1.0,
-        )
-        for i in range(args.samples)
-    ]
 
 
 def plain_forward_logprobs(folder: Path, samples, device) -> list[list[float]]:
@@ -167,6 +138,7 @@ def run(args: argparse.Namespace, stdout) -> None:
     if args.device == "cuda" and device.type != "cuda":
         sys.exit("--device cuda: torch sees no GPU")
     from tracerl_testing.qwen2_model import QWEN25_7B, QWEN25_15B, TINY, build_qwen2_model
+    from tracerl_testing.training_workload import random_round, stored_parameters
 
     shape = TINY if args.tiny else {"1.5b": QWEN25_15B, "7b": QWEN25_7B}[args.size]
     if args.untied:
@@ -176,13 +148,14 @@ def run(args: argparse.Namespace, stdout) -> None:
     name = "tiny Qwen2" if args.tiny else f"Qwen2.5-{args.size.upper()} shape"
     folder = build_qwen2_model(args.out / name.replace(" ", "-"), shape, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32)
     build_seconds = time.perf_counter() - began
-    samples = make_samples(args, json.loads((folder / "config.json").read_text())["vocab_size"])
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    samples = random_round(vocab, args.samples, args.prompt_tokens, args.response_tokens)
     reference = plain_forward_logprobs(folder, samples, device)
     free(device)
     result = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch_version": torch.__version__, "model": name,
-        "parameters": parameters(folder),
+        "parameters": stored_parameters(folder),
         "samples": args.samples, "tokens_per_sample": args.prompt_tokens + args.response_tokens, "minibatch": args.minibatch,
         "zero_stage": args.zero_stage, "lora_rank": args.lora_rank,
         "tied_embeddings": shape["tie_word_embeddings"], "build_seconds": round(build_seconds, 1),

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import random
 import shutil
 import statistics
 import subprocess
@@ -35,31 +33,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def synthetic_round(vocab: int, n: int, prompt_tokens: int, response_tokens: int, seed: int):
-    from tracerl.trainer.training.dataset import Sample
-
-    rng = random.Random(seed)
-    low = 300  # past the tokenizer's special tokens
-    return [
-        Sample(
-            prompt_token_ids=[rng.randrange(low, vocab) for _ in range(prompt_tokens)],
-            response_token_ids=[rng.randrange(low, vocab) for _ in range(response_tokens)],
-            advantage=1.0 if i % 2 else -1.0,
-        )
-        for i in range(n)
-    ]
-
-
 def worker(args: argparse.Namespace) -> None:
     """One configuration, in this process (or this rank): prints one JSON line on rank 0."""
     from tracerl.trainer.training.backend import load_trainer
     from tracerl.trainer.training.config import OpenRLHFOptions, TrainConfig
+    from tracerl.trainer.training.device import end_process_group
+    from tracerl_testing.training_workload import random_round
 
     config = TrainConfig(learning_rate=1e-5, epochs=args.epochs, minibatch_size=args.minibatch_size, micro_batch_size=args.micro_batch)
     options = OpenRLHFOptions(zero_stage=args.zero_stage) if args.backend == "openrlhf" else None
     trainer = load_trainer(args.backend, args.model, config, options)
     vocab = json.loads((args.model / "config.json").read_text())["vocab_size"]
-    samples = synthetic_round(vocab, args.samples, args.prompt_tokens, args.response_tokens, seed=0)
+    samples = random_round(vocab, args.samples, args.prompt_tokens, args.response_tokens)
     samples = [replace(s, response_logprobs=lp) for s, lp in zip(samples, trainer.action_logprobs(samples))]
     trainer.train(samples)  # warm-up
     seconds, metrics = [], None
@@ -70,6 +55,7 @@ def worker(args: argparse.Namespace) -> None:
     if trainer.rank == 0:
         print(json.dumps({"seconds": statistics.median(seconds), "tokens": metrics.tokens, "peak_memory_bytes": metrics.peak_memory_bytes,
                           "world_size": metrics.world_size, "micro_batch": metrics.micro_batch_size}), flush=True)
+    end_process_group()  # every rank leaves the group, so torchrun's processes exit cleanly
 
 
 def run_configuration(args: argparse.Namespace, model: Path, backend: str, processes: int, micro_batch: int) -> dict:
@@ -119,6 +105,7 @@ def main() -> None:
 
     sys.path.insert(0, str(REPO))
     from tracerl_testing.qwen2_model import TINY, build_qwen2_model
+    from tracerl_testing.training_workload import stored_parameters
 
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model
@@ -126,10 +113,7 @@ def main() -> None:
             shape = {**TINY, "hidden_size": args.hidden, "intermediate_size": 8 * args.hidden // 3, "num_hidden_layers": args.layers,
                      "num_attention_heads": args.hidden // 64, "num_key_value_heads": max(1, args.hidden // 256), "vocab_size": args.vocab}
             model = build_qwen2_model(Path(scratch) / "model", shape)
-        from safetensors import safe_open
-
-        with safe_open(next(model.glob("*.safetensors")), "pt") as tensors:
-            parameters = sum(math.prod(tensors.get_slice(k).get_shape()) for k in tensors.keys())
+        parameters = stored_parameters(model)
         print(f"{parameters / 1e6:.0f}M parameters; {args.samples} samples x ({args.prompt_tokens} prompt + {args.response_tokens} response) tokens, "
               f"{args.epochs} epoch(s), minibatch {args.minibatch_size}, OpenRLHF with ZeRO-{args.zero_stage}, median of {args.repeats}, {os.cpu_count()} cores")
         print(f"{'backend':<10} {'procs':>5} {'micro':>5} {'seconds':>8} {'tokens/s':>9} {'peak MiB':>9} {'vs torch':>8}")
