@@ -102,11 +102,11 @@ def analyze(
     progress("collecting rewards", None)
     rewards.build_rewards(con, air.air_rewards_sql(con, rules))
     selection.select_policy_calls(
-        con, agents=options.agents, splits=options.splits, policy_versions=options.policy_versions
+        con, agents=options.agents, splits=options.splits, policy_versions=options.policy_versions, policies=options.policies,
     )
     selection.attach_rewards(con, options.reward_weights)
     credit.choose_transitions(con, credit=options.credit, gamma=options.gamma, advantage=options.advantage)
-    counts = stage_counts(con, files, previously)
+    counts = stage_counts(con, files, previously, options.policies)
     return Analysis(con=con, files=files, options=options, rules=rules, counts=counts)
 
 
@@ -177,7 +177,7 @@ def build_dataset(
         "counts": counts,
         "outputs": {"files": [os.path.basename(p) for p in paths], "exports": exported},
     }
-    manifest["warnings"] = warnings(manifest["inputs"], counts, opts.advantage)
+    manifest["warnings"] = warnings(manifest["inputs"], counts, opts)
     manifest = dataset_folder.write_manifest(out_dir, manifest)
     dataset_folder.migrate(out_dir)
     return manifest

@@ -30,6 +30,8 @@ DEFAULTS = BuildOptions()  # every default below comes from the dataclass
 SpansOpt = Annotated[str, typer.Option(
     "--spans", help="Data dir (holding spans/) or a folder of span Parquet files: local, or a URI such as s3://bucket/prefix.")]
 AgentsOpt = Annotated[Optional[str], typer.Option("--agents", help="Regex: only calls of matching agents are policy calls.")]
+PolicyOpt = Annotated[Optional[list[str]], typer.Option(
+    "--policy", help="NAME=AGENT[,AGENT...]: these agents' calls are policy NAME's, trained on only where model NAME served them (repeatable; instead of --agents).")]
 SplitOpt = Annotated[Optional[list[str]], typer.Option("--split", help="Keep episodes of this split (repeatable).")]
 VersionsOpt = Annotated[Optional[str], typer.Option("--policy-versions", help="e.g. '3', '3,4' or '>=3'.")]
 RewardsOpt = Annotated[
@@ -60,8 +62,10 @@ def _weights(items: list[str] | None) -> dict[str, float]:
     return weights
 
 
-def _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout) -> dict:
+def _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout, policy=None) -> dict:
     """BuildOptions fields of the selection options; a repeatable option not given is left to the dataclass."""
+    from tracerl.pipeline.options import parse_policies
+
     options = {"agents": agents, "policy_versions": policy_versions, "default_rules": default_rules,
                "episode_timeout_s": episode_timeout}
     if split:
@@ -72,6 +76,11 @@ def _selection(agents, split, policy_versions, rewards, reward_weight, rules, de
         options["reward_weights"] = _weights(reward_weight)
     if rules:
         options["rules"] = str(rules)
+    if policy:
+        try:
+            options["policies"] = parse_policies(policy)
+        except PipelineInputError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--policy") from None
     return options
 
 
@@ -88,6 +97,7 @@ def build_dataset_cmd(
     gamma: Annotated[float, typer.Option(help="Discount for --credit discounted.")] = DEFAULTS.gamma,
     advantage: AdvantageOpt = DEFAULTS.advantage,
     agents: AgentsOpt = DEFAULTS.agents,
+    policy: PolicyOpt = None,
     split: SplitOpt = None,
     policy_versions: VersionsOpt = DEFAULTS.policy_versions,
     rewards: RewardsOpt = None,
@@ -104,7 +114,7 @@ def build_dataset_cmd(
     """Turn spans into training transitions (one per policy LLM call) with credit and advantages."""
     from tracerl.pipeline.build import build_dataset
 
-    options = _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout)
+    options = _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout, policy)
     if export:
         options["exports"] = tuple(export)
     with Progress(
@@ -140,6 +150,7 @@ def build_dataset_cmd(
 def doctor(
     spans: SpansOpt,
     agents: AgentsOpt = DEFAULTS.agents,
+    policy: PolicyOpt = None,
     split: SplitOpt = None,
     policy_versions: VersionsOpt = DEFAULTS.policy_versions,
     rewards: RewardsOpt = None,
@@ -153,7 +164,7 @@ def doctor(
     """Explain, with counts, why spans did (not) become transitions; takes build-dataset's selection options."""
     from tracerl.pipeline.doctor import diagnose
 
-    options = _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout)
+    options = _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout, policy)
     try:
         with console.status("analysing spans"):
             report = diagnose(spans, BuildOptions(advantage=advantage, **options))

@@ -10,7 +10,7 @@ from typing import Any
 
 import duckdb
 
-from tracerl.pipeline.options import GROUP_ADVANTAGES
+from tracerl.pipeline.options import GROUP_ADVANTAGES, BuildOptions
 from tracerl.pipeline.source import SpanFiles
 from tracerl.pipeline.sql_text import sql_str
 from tracerl.schemas import attributes as A
@@ -20,10 +20,13 @@ def _grouped(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, int]:
     return {str(k): int(v) for k, v in con.execute(sql).fetchall()}
 
 
-def stage_counts(con: duckdb.DuckDBPyConnection, files: SpanFiles, previously: int) -> dict[str, Any]:
+def stage_counts(
+    con: duckdb.DuckDBPyConnection, files: SpanFiles, previously: int, policies: dict[str, tuple[str, ...]] | None = None,
+) -> dict[str, Any]:
     """What each stage kept and dropped, read from the tables after the last stage (``chosen``).
 
-    ``previously``: episodes an earlier incremental build already turned into transitions.
+    ``previously``: episodes an earlier incremental build already turned into transitions;
+    ``policies``: the build's {policy: agents}, whose agents no call has are listed.
     """
     one = lambda sql: con.execute(sql).fetchall()[0][0]  # noqa: E731
     skipped_calls = _grouped(con, "SELECT excluded, count(*) FROM call_status WHERE excluded IS NOT NULL GROUP BY 1")
@@ -95,8 +98,18 @@ def stage_counts(con: duckdb.DuckDBPyConnection, files: SpanFiles, previously: i
             "by_agent": _grouped(
                 con, "SELECT coalesce(agent_name, '(none)'), count(*) FROM llm_calls GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20"
             ),
+            "by_policy": _grouped(
+                con, "SELECT coalesce(policy_name, '(none)'), count(*) FROM llm_calls GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20"
+            ),
             "skipped": dict(sorted(skipped_calls.items())),
             "failed_messages": failed_messages,
+            # calls a --policy agent made that another model served: "agent -> served (expected)": calls
+            "wrong_policy": _grouped(
+                con,
+                "SELECT agent_name || ' -> ' || coalesce(policy_name, '(none)'), count(*) FROM call_status "
+                "WHERE excluded = 'wrong_policy' GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 10",
+            ),
+            "policy_agents_unseen": _unseen_agents(con, policies or {}),
         },
         "rewards": {
             "by_source": _grouped(con, "SELECT source, count(*) FROM rewards GROUP BY 1 ORDER BY 1"),
@@ -114,6 +127,12 @@ def stage_counts(con: duckdb.DuckDBPyConnection, files: SpanFiles, previously: i
     }
 
 
+def _unseen_agents(con: duckdb.DuckDBPyConnection, policies: dict[str, tuple[str, ...]]) -> dict[str, list[str]]:
+    """Each policy's agents that made no call (a misspelt name, or an agent that has not run yet)."""
+    seen = {row[0] for row in con.execute("SELECT DISTINCT agent_name FROM llm_calls WHERE agent_name IS NOT NULL").fetchall()}
+    return {name: missing for name, agents in policies.items() if (missing := [a for a in agents if a not in seen])}
+
+
 def _task_groups(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     """The task groups of the chosen episodes (episodes without a task id are one group), and
     those of one episode, which a group advantage (GRPO, RLOO) can only give 0."""
@@ -125,10 +144,11 @@ def _task_groups(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     return {"total": int(total), "single_episode": int(single), "single_episode_transitions": int(single_transitions)}
 
 
-def warnings(inputs: dict[str, Any], c: dict[str, Any], advantage: str) -> list[str]:
+def warnings(inputs: dict[str, Any], c: dict[str, Any], options: BuildOptions) -> list[str]:
     """Plain-language reasons why data did not become transitions, or became useless ones
-    (shown by the CLI and doctor); ``advantage`` is the build's --advantage."""
+    (shown by the CLI and doctor)."""
     notes = []
+    advantage = options.advantage
     if not inputs["span_files"]:
         notes.append(f"no readable span files under {inputs['spans']}")
     for rejected in inputs["rejected_files"]:
@@ -138,7 +158,8 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any], advantage: str) -> list[
     labels = {
         "no_token_ids": f"LLM call(s) without prompt/completion token ids (serve with token ids returned, e.g. vLLM {A.VLLM_RETURN_TOKEN_IDS_FIELD})",
         "failed": f"LLM call(s) failed (their spans' {A.ERROR_TYPE} and status message say why)",
-        "agent_filter": "LLM call(s) excluded by --agents",
+        "agent_filter": f"LLM call(s) excluded by {'--policy (agents no policy names)' if options.policies else '--agents'}",
+        "wrong_policy": "LLM call(s) served by another model than their agent's --policy (not trained on: give each agent its policy's model name)",
         "policy_version_filter": "LLM call(s) excluded by --policy-versions",
         "split_filter": "LLM call(s) excluded by --split",
         "episode_pending": "LLM call(s) in episodes that have not finished yet (held back until they end or time out)",
@@ -147,6 +168,13 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any], advantage: str) -> list[
     }
     for reason, n in c["llm_calls"]["skipped"].items():
         notes.append(f"{n} {labels.get(reason, reason)}")
+    if c["llm_calls"].get("wrong_policy"):
+        notes.append("calls routed to the wrong policy, as agent -> the model that served them: "
+                     + "; ".join(f"{n} x {route}" for route, n in c["llm_calls"]["wrong_policy"].items())
+                     + " (" + "; ".join(f"{name} serves {', '.join(agents)}" for name, agents in options.policies.items()) + ")")
+    seen = ", ".join(a for a in c["llm_calls"]["by_agent"] if a != "(none)") or "none"
+    for name, missing in (c["llm_calls"].get("policy_agents_unseen") or {}).items():
+        notes.append(f"--policy {name} names agent(s) no call has: {', '.join(missing)} (agent names seen: {seen})")
     unrecognised = c["spans"].get("unrecognised_llm_requests")
     if unrecognised:
         notes.append(

@@ -108,7 +108,7 @@ def choose_transitions(con: duckdb.DuckDBPyConnection, *, credit: str, gamma: fl
     )
     calls = con.sql(
         """
-        SELECT p.episode_id, p.task_id, p.split, p.agent_name, p.step, p.policy_version, p.trace_id, p.span_id,
+        SELECT p.episode_id, p.task_id, p.split, p.agent_name, p.step, p.policy_version, p.policy_name, p.trace_id, p.span_id,
                p.response_id, p.file_index, p.file_row, p.content_layout, p.has_tokens,
                coalesce(r.reward, 0.0) AS reward
         FROM policy_calls p

@@ -55,7 +55,7 @@ def explain(analysis: Analysis) -> dict[str, Any]:
         ("  of which rewarded", c["episodes"]["with_policy_calls"] - c["episodes"]["without_reward"]),
         ("transitions", c["transitions"]),
     ]
-    notes = warnings(analysis.inputs(), c, options.advantage)
+    notes = warnings(analysis.inputs(), c, options)
     agents = c["llm_calls"]["by_agent"]
     if c["llm_calls"]["skipped"].get("agent_filter") and not c["llm_calls"]["policy_calls"]:
         notes.insert(0, f"--agents {options.agents!r} matched no agent; agent names seen: {', '.join(agents)}")

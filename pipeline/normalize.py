@@ -131,7 +131,7 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
         CREATE OR REPLACE TEMP TABLE span_meta_raw AS
         SELECT trace_id, span_id, parent_span_id, name, start_time_unix_nano AS start_ns,
                end_time_unix_nano AS end_ns, status_code, status_message,
-               task_id, split, policy_version, response_id, request_model,
+               task_id, split, policy_version, response_id, request_model, response_model,
                -- only the (short) completion column is tested here: testing the prompt column
                -- would decode every prompt token; a missing prompt is caught when writing
                {_foreign_sql(at)},
@@ -231,6 +231,9 @@ def build_llm_calls(con: duckdb.DuckDBPyConnection) -> None:
                 first_value(agent_name IGNORE NULLS) OVER (PARTITION BY call_key
                     ORDER BY episode_attr IS NULL, start_ns, span_id
                     ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS call_agent,
+                first_value(coalesce(response_model, request_model) IGNORE NULLS) OVER (PARTITION BY call_key
+                    ORDER BY has_tokens DESC, start_ns, span_id
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS call_policy_name,
                 first_value(policy_version IGNORE NULLS) OVER (PARTITION BY call_key
                     ORDER BY has_tokens DESC, start_ns, span_id
                     ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS call_policy_version,
@@ -242,7 +245,7 @@ def build_llm_calls(con: duckdb.DuckDBPyConnection) -> None:
         SELECT
             call_episode_id AS episode_id, trace_id, span_id, parent_span_id, name,
             start_ns, end_ns, status_code, call_agent AS agent_name,
-            call_policy_version AS policy_version, response_id, request_model,
+            call_policy_version AS policy_version, call_policy_name AS policy_name, response_id, request_model,
             has_tokens, content_layout, copies,
             coalesce(gen_ai_system, gen_ai_provider) AS system,
             file_index, file_row

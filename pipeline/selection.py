@@ -2,7 +2,7 @@
 
 Every LLM call either becomes a policy call or gets one exclusion reason (first match
 wins, so counts add up): already processed by an earlier incremental run, episode still
-running, split filter, agent filter, policy-version filter. Rewards are attached to the
+running, split filter, agent filter, served by another policy than its agent's, policy-version filter. Rewards are attached to the
 last *policy* call that ended at or before the reward's time (a reward with no time,
 such as a late reward, goes to the episode's last call; one before any call ended goes
 to the first), after the named-reward weights are applied.
@@ -38,9 +38,15 @@ def policy_version_predicate(spec: str | None) -> str:
 
 
 def select_policy_calls(
-    con: duckdb.DuckDBPyConnection, *, agents: str | None, splits: tuple[str, ...], policy_versions: str | None
+    con: duckdb.DuckDBPyConnection, *, agents: str | None, splits: tuple[str, ...], policy_versions: str | None,
+    policies: dict[str, tuple[str, ...]] | None = None,
 ) -> None:
-    """Tables ``call_status`` (every call, with its exclusion reason) and ``policy_calls`` (with steps)."""
+    """Tables ``call_status`` (every call, with its exclusion reason) and ``policy_calls`` (with steps).
+
+    With ``policies`` ({policy: agents}), a call is its agent's policy's only when that policy
+    served it (``policy_name``): a call routed to another model is ``wrong_policy``, never
+    trained on, so one policy's update never uses tokens another policy sampled.
+    """
     if agents:
         try:
             re.compile(agents)
@@ -49,6 +55,13 @@ def select_policy_calls(
     agent_ok = f"coalesce(regexp_matches(c.agent_name, {sql_str(agents)}), false)" if agents else "true"
     split_ok = f"e.split IN ({', '.join(sql_str(s) for s in splits)})" if splits else "true"
     version_ok = policy_version_predicate(policy_versions).replace("policy_version", "c.policy_version")
+    owner = {agent: name for name, members in (policies or {}).items() for agent in members}
+    if owner:
+        cases = " ".join(f"WHEN {sql_str(agent)} THEN {sql_str(name)}" for agent, name in owner.items())
+        agent_ok = f"c.agent_name IN ({', '.join(sql_str(a) for a in owner)})"
+        policy_ok = f"c.policy_name IS NOT DISTINCT FROM (CASE c.agent_name {cases} END)"
+    else:
+        policy_ok = "true"
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE call_status AS
@@ -57,7 +70,8 @@ def select_policy_calls(
                 WHEN p.episode_id IS NOT NULL THEN 'already_processed'
                 WHEN e.pending THEN 'episode_pending'
                 WHEN NOT coalesce({split_ok}, false) THEN 'split_filter'
-                WHEN NOT {agent_ok} THEN 'agent_filter'
+                WHEN NOT coalesce({agent_ok}, false) THEN 'agent_filter'
+                WHEN NOT {policy_ok} THEN 'wrong_policy'
                 WHEN NOT coalesce({version_ok}, false) THEN 'policy_version_filter'
             END AS excluded
         FROM llm_calls c JOIN episodes e USING (episode_id)

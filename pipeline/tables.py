@@ -33,18 +33,18 @@ class Relation:
 
 _LLM_CALL = (
     "episode_id", "trace_id", "span_id", "parent_span_id", "name", "start_ns", "end_ns", "status_code", "agent_name",
-    "policy_version", "response_id", "request_model", "has_tokens", "content_layout", "copies", "system",
+    "policy_version", "policy_name", "response_id", "request_model", "has_tokens", "content_layout", "copies", "system",
     "file_index", "file_row",
 )
 _CALL_STATUS = (*_LLM_CALL, "task_id", "split", "truncated", "excluded")
 _REWARD = ("episode_id", "time_ns", "name", "value", "source", "origin_trace_id", "origin_span_id", "response_id")
 _CHOSEN = (
-    "episode_id", "task_id", "split", "agent_name", "step", "policy_version", "trace_id", "span_id", "response_id",
+    "episode_id", "task_id", "split", "agent_name", "step", "policy_version", "policy_name", "trace_id", "span_id", "response_id",
     "file_index", "file_row", "content_layout", "has_tokens", "reward", "return", "advantage",
 )
 _SPAN_META = (
     "trace_id", "span_id", "parent_span_id", "name", "start_ns", "end_ns", "status_code", "status_message",
-    "task_id", "split", "policy_version", "response_id", "request_model", "has_tokens", "rollout_id", "attempt_id",
+    "task_id", "split", "policy_version", "response_id", "request_model", "response_model", "has_tokens", "rollout_id", "attempt_id",
     "agent_name", "reward_attributes", "episode_attr", "reward_value", "reward_name", *EXTRACTED, "content_layout",
     "reward_events", "file_index", "file_row",
 )

@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from tracerl.schemas.versioned import versioned_schema
 
-DATASET_SCHEMA_VERSION = 1
+DATASET_SCHEMA_VERSION = 2  # 2: policy_name
 
 DATASET_SCHEMA = versioned_schema(
     "dataset",
@@ -25,6 +25,9 @@ DATASET_SCHEMA = versioned_schema(
         pa.field("return", pa.float64(), nullable=False),  # credit-assigned return
         pa.field("advantage", pa.float64(), nullable=False),
         pa.field("policy_version", pa.int64()),
+        # the policy that sampled the call: the model name the server answered as (a LoRA adapter's name
+        # when one vLLM serves several policies), else the name the agent asked for
+        pa.field("policy_name", pa.string()),
         pa.field("trace_id", pa.string(), nullable=False),
         pa.field("span_id", pa.string(), nullable=False),
         pa.field("response_id", pa.string()),

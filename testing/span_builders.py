@@ -44,7 +44,8 @@ def episode_span(episode: str, start: int, end: int, task: str | None = None, **
 
 def llm_call(episode: str, span_id: str, start: int, end: int, prompt: list[int], completion: list[int], *,
              logprobs: list[float] | None = None, agent: str | None = None, version: int | None = 1,
-             response_id: str | None = None, extra: dict | None = None, **kw) -> dict:
+             response_id: str | None = None, model: str | None = None, extra: dict | None = None, **kw) -> dict:
+    """An LLM call with token ids; ``model``: the model the server answered as (a LoRA adapter's name)."""
     attrs = {
         A.GEN_AI_SYSTEM: "openai", A.GEN_AI_OPERATION: A.GEN_AI_CHAT,
         A.PROMPT_TOKEN_IDS: prompt, A.COMPLETION_TOKEN_IDS: completion,
@@ -63,6 +64,8 @@ def llm_call(episode: str, span_id: str, start: int, end: int, prompt: list[int]
         attrs[A.POLICY_VERSION] = version
     if response_id is not None:
         attrs[A.GEN_AI_RESPONSE_ID] = response_id
+    if model is not None:
+        attrs[A.GEN_AI_RESPONSE_MODEL] = model
     return span(episode, span_id, "chat test-model", start, end, attrs=attrs, **kw)
 
 

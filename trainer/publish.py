@@ -18,6 +18,7 @@ left paused), and :class:`PublishError` says what to do.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -142,6 +143,20 @@ class _Vllm:
     def record_version(self, version: int) -> None:
         self.dev_endpoint("POST", "/update_weight_version", json={"new_version": str(version)})
 
+    def adapter_versions(self) -> dict[str, int]:
+        """Each LoRA adapter's policy version, as :class:`VllmLora` records them (empty before any)."""
+        served = str(self.dev_endpoint("GET", "/weight_info").json().get("weight_version"))
+        try:
+            versions = json.loads(served) if served.startswith("{") else {}
+        except ValueError:
+            versions = {}
+        return {name: v for name, v in versions.items() if isinstance(v, int)}
+
+    def record_adapter_version(self, adapter: str, version: int) -> None:
+        """Set one adapter's version, keeping the others' (read, change, write: one publisher at a time)."""
+        versions = {**self.adapter_versions(), adapter: version}
+        self.dev_endpoint("POST", "/update_weight_version", json={"new_version": json.dumps(versions, sort_keys=True)})
+
     @contextmanager
     def paused(self) -> Iterator[None]:
         """Hold new requests and let running ones finish; resume whatever happens inside."""
@@ -234,6 +249,11 @@ class VllmLora:
     The agents call the adapter by its name (``model=adapter_name``); each publish loads
     the new adapter folder under that name with ``load_inplace``, so the name never
     changes. A rejected adapter leaves the previous one served.
+
+    One vLLM can serve several adapters, each a policy of its own (``--policy``): each
+    adapter has its own versions, recorded together as vLLM's weight version, a JSON object
+    adapter -> version that ``vllm_policy_version`` reads per request. The publishes of one
+    vLLM's adapters come from one process (a round or the loop), one after another.
     """
 
     kind: ClassVar[str] = "vllm-lora"
@@ -247,13 +267,14 @@ class VllmLora:
 
     def load(self, checkpoint: Path, version: int | None) -> int:
         vllm = _Vllm(self.base_url, self.timeout_s)
-        version = vllm.next_version(version)
+        if version is None:
+            version = vllm.adapter_versions().get(self.adapter_name, 0) + 1
         with vllm.paused():
             body = {"lora_name": self.adapter_name, "lora_path": str(checkpoint), "load_inplace": True}
             reply = vllm.request("POST", "/v1/load_lora_adapter", json=body)
             if reply.status_code != 200:
                 raise PublishError(f"{self} did not load {checkpoint}: {self._advice(reply)}; it serves the previous adapter")
-            vllm.record_version(version)
+            vllm.record_adapter_version(self.adapter_name, version)
         return version
 
     @staticmethod

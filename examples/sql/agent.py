@@ -12,7 +12,9 @@ pipeline turns into an automatic intermediate reward); the checker reads query a
 and says whether it is right; if not, the rewriter writes a new one, which runs in turn
 (at most ``--max-rewrites`` times). The reward is the final query's execution match.
 
-``OPENAI_BASE_URL`` points at the policy endpoint; each task line carries its own
+``OPENAI_BASE_URL`` points at the policy endpoint; every node calls the model ``--model``
+unless the loop trains a policy per agent, which gives each node its policy's model name
+(:func:`~tracerl.orchestration.loop.recipe.agent_model`). Each task line carries its own
 ``temperature`` and ``seed`` (held-out evaluation is greedy, training samples).
 """
 
@@ -36,7 +38,9 @@ from examples.sql.task import (
     VERDICTS, Task, checker_messages, clean_query, execute, result_text, reward, rewriter_messages, schema_text,
     writer_messages,
 )
-from tracerl.orchestration.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME
+from tracerl.orchestration.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME, agent_model
+
+NODES = ("writer", "checker", "rewriter")  # the graph's LLM nodes: the agent names its calls carry
 
 
 class State(TypedDict, total=False):
@@ -58,12 +62,12 @@ def sql_db_query(query: str, db_path: Annotated[str, InjectedToolArg]) -> str:
         return f"Error: ({type(error).__module__}.{type(error).__name__}) {error}"
 
 
-def _llm(config: RunnableConfig) -> ChatOpenAI:
-    return config["configurable"]["llm"]
+def _llm(config: RunnableConfig, node: str) -> ChatOpenAI:
+    return config["configurable"]["llms"][node]
 
 
 def writer(state: State, config: RunnableConfig) -> State:
-    answer = _llm(config).invoke(writer_messages(state["question"], state["schema"]))
+    answer = _llm(config, "writer").invoke(writer_messages(state["question"], state["schema"]))
     return {"query": clean_query(answer.content), "rewrites": 0}
 
 
@@ -73,12 +77,12 @@ def run_query(state: State) -> State:
 
 def checker(state: State, config: RunnableConfig) -> State:
     messages = checker_messages(state["question"], state["schema"], state["query"], state["result"])
-    answer = _llm(config).invoke(messages, max_tokens=config["configurable"]["verdict_tokens"])
+    answer = _llm(config, "checker").invoke(messages, max_tokens=config["configurable"]["verdict_tokens"])
     return {"verdict": answer.content.strip().lower()}
 
 
 def rewriter(state: State, config: RunnableConfig) -> State:
-    answer = _llm(config).invoke(rewriter_messages(state["question"], state["schema"], state["query"], state["result"]))
+    answer = _llm(config, "rewriter").invoke(rewriter_messages(state["question"], state["schema"], state["query"], state["result"]))
     return {"query": clean_query(answer.content), "rewrites": state["rewrites"] + 1}
 
 
@@ -99,10 +103,10 @@ def build_graph(max_rewrites: int):
     return graph.compile()
 
 
-def run_episode(graph, task: Task, llm: ChatOpenAI, verdict_tokens: int) -> float:
+def run_episode(graph, task: Task, llms: dict[str, ChatOpenAI], verdict_tokens: int) -> float:
     with tracerl.episode(task_id=task.task_id, split=task.split):
         state = {"question": task.question, "db_path": task.db_path, "schema": schema_text(task.db_path)}
-        final = graph.invoke(state, {"configurable": {"llm": llm, "verdict_tokens": verdict_tokens}})
+        final = graph.invoke(state, {"configurable": {"llms": llms, "verdict_tokens": verdict_tokens}})
         value = reward(task, final["query"])
         tracerl.emit_reward(value, name="execution_match")
         return value
@@ -124,11 +128,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def run(line: dict) -> float:
         line = dict(line)
-        llm = ChatOpenAI(  # OPENAI_BASE_URL / OPENAI_API_KEY from the environment
-            model=args.model, temperature=line.pop("temperature"), seed=line.pop("seed"), max_tokens=args.max_tokens,
-            max_retries=2, timeout=300,
-        )
-        return run_episode(graph, Task(**line), llm, args.verdict_tokens)
+        sampling = {"temperature": line.pop("temperature"), "seed": line.pop("seed")}
+        llms = {  # OPENAI_BASE_URL / OPENAI_API_KEY from the environment; each node's model: its policy's name
+            node: ChatOpenAI(model=agent_model(node, args.model), **sampling, max_tokens=args.max_tokens, max_retries=2, timeout=300)
+            for node in NODES
+        }
+        return run_episode(graph, Task(**line), llms, args.verdict_tokens)
 
     with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
         rewards = list(pool.map(run, lines))

@@ -42,6 +42,10 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
         gamma: float = typer.Option(d.gamma, "--gamma", min=0.0, max=1.0, help="Discount of --credit discounted."),
         air: bool = typer.Option(d.air, "--air/--no-air", help="Automatic intermediate rewards from tool errors and other system signals."),
         agents: Optional[str] = typer.Option(d.agents, "--agents", help="Train only these agents' calls (comma-separated names; '' trains every call)."),
+        policy: list[str] = typer.Option(
+            [f"{name}={','.join(agents)}" for name, agents in d.policies.items()], "--policy",
+            help="NAME=AGENT[,AGENT...]: a policy of its own for these agents, a LoRA adapter the agents call by NAME (repeatable; needs --lora-rank and --server vllm).",
+        ),
         tool_call_parser: Optional[str] = typer.Option(
             d.tool_call_parser, "--tool-call-parser", help="With --server vllm: vLLM's tool-call parser for agents that send tools (hermes, llama3_json, ...).",
         ),
@@ -67,15 +71,21 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
         training: TrainingOverrides = TrainingOverrides(),
     ) -> None:
         from tracerl.orchestration.loop.loop import LoopSetupError, run_loop
+        from tracerl.pipeline.options import parse_policies
+        from tracerl.pipeline.source import PipelineInputError
 
         if server not in SERVERS:
             raise typer.BadParameter(f"{server!r} is not one of {', '.join(SERVERS)}", param_hint="--server")
         if credit not in CREDITS:
             raise typer.BadParameter(f"{credit!r} is not one of {', '.join(CREDITS)}", param_hint="--credit")
+        try:
+            policies = parse_policies(policy)
+        except PipelineInputError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--policy") from None
         backend, train_config, openrlhf = training.apply(d.backend, replace(d.train, seed=seed), d.openrlhf)
         cfg = replace(
             d, out=out, rounds=rounds, tasks_per_round=tasks_per_round, group_size=group_size, eval_tasks=eval_tasks,
-            seed=seed, model=model, data=data, credit=credit, gamma=gamma, air=air, agents=agents, server=server, tool_call_parser=tool_call_parser,
+            seed=seed, model=model, data=data, credit=credit, gamma=gamma, air=air, agents=agents, policies=policies, server=server, tool_call_parser=tool_call_parser,
             replay=replay, concurrency=concurrency, max_tokens=max_tokens, agent_args=tuple(shlex.split(agent_args or "")), keep_checkpoints=keep_checkpoints,
             backend=backend, train=train_config, openrlhf=openrlhf,
             vllm=VllmOptions(dtype=vllm_dtype, enforce_eager=enforce_eager, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len),
@@ -100,16 +110,17 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
             try:
                 rows = run_loop(recipe, cfg, on_phase=on_phase)
             except LoopSetupError as exc:
-                raise typer.BadParameter(str(exc), param_hint="--server") from None
+                raise typer.BadParameter(str(exc)) from None
             bar.update(task, completed=rounds + 1, description="done")
 
         def fmt(value: Optional[float]) -> str:
             return "-" if value is None else f"{value:.3f}"
 
         for row in rows:
+            versions = "  ".join(f"{name} v{p['policy_version']} {p.get('status', '')}".rstrip() for name, p in row.get("policies", {}).items())
             console.print(
                 f"round {row['round']}: train {fmt(row['train_mean_reward'])}  held-out {fmt(row['eval_mean_reward'])}  "
-                f"transitions {row['transitions']}  ({row['seconds']} s)"
+                f"transitions {row['transitions']}  ({row['seconds']} s)" + (f"  {versions}" if versions else "")
             )
         console.print(f"metrics: {out / 'metrics.jsonl'}   reward curve: {out / 'reward_curve.png'}")
 

@@ -30,6 +30,9 @@ class LoopConfig:
     gamma: float = 1.0  # discount of --credit discounted (pipeline --gamma)
     air: bool = True  # automatic intermediate rewards from system signals (pipeline's default rules)
     agents: str | None = None  # train only these agents' calls (pipeline --agents), e.g. "writer,rewriter"
+    # a policy per group of agents: {policy name: agent names}, each a LoRA adapter on one base model served by
+    # one vLLM, the agents calling their policy's name (--policy writer=writer,rewriter --policy checker=checker)
+    policies: dict[str, tuple[str, ...]] = field(default_factory=dict)
     replay_samples: int = 32  # supervised replay samples mixed into each round's training (0: none)
     # None: the recipe's format turns with its warm-started tiny model, nothing with --model.
     # True with --model: the policy's own best-rewarded outputs of earlier rounds (never the tiny model's format)

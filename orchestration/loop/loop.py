@@ -35,7 +35,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import duckdb
@@ -43,13 +43,20 @@ import duckdb
 from tracerl.schemas import attributes as A
 from tracerl.orchestration.loop.config import SERVERS, LoopConfig
 from tracerl.orchestration.loop.plots import plot_reward_curve
-from tracerl.orchestration.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME, AgentRecipe, Task
+from tracerl.orchestration.loop.recipe import (
+    AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, AGENT_MODELS_ENV, POLICY_MODEL_NAME, AgentRecipe, Task,
+)
 from tracerl.orchestration.loop.warm_start import starting_policy, supervised_samples
-from tracerl.trainer.publish import BuiltinServer, PublishTarget, VllmLora, VllmReload, publish
+from tracerl.orchestration.rounds.registry import PolicyRegistry
+from tracerl.orchestration.rounds.round import dataset_episodes, utc_now
+from tracerl.pipeline.dataset_folder import transition_files
+from tracerl.pipeline.options import check_policies
+from tracerl.pipeline.source import PipelineInputError
+from tracerl.trainer.publish import BuiltinServer, PublishError, PublishResult, PublishTarget, VllmLora, VllmReload, publish
 from tracerl.trainer.serving.vllm_process import VllmOptions
 from tracerl.trainer.training.backend import PolicyGradientTrainer, load_trainer
 from tracerl.trainer.training.checkpoint import prune_checkpoints
-from tracerl.trainer.training.dataset import Sample, read_dataset
+from tracerl.trainer.training.dataset import EmptyDatasetError, Sample, read_dataset
 from tracerl.trainer.training.model_folder import PolicyFolder, inspect_policy_folder
 
 
@@ -63,36 +70,38 @@ class LoopSetupError(ValueError):
 
 @dataclass(frozen=True)
 class PolicyEndpoint:
-    """Where the agents send their calls, and the publish target that refreshes what answers there."""
+    """Where the agents send their calls, and per policy the publish target that refreshes what answers to its name."""
 
     base_url: str  # the agents' OPENAI_BASE_URL
-    target: PublishTarget
+    targets: dict[str, PublishTarget]  # policy (model) name -> its target
 
 
 @contextmanager
 def policy_endpoint(
     server: str, start: Path, tool_call_parser: str | None = None, vllm: VllmOptions = VllmOptions(), lora: PolicyFolder | None = None,
+    policies: tuple[str, ...] = (POLICY_MODEL_NAME,),
 ) -> Iterator[PolicyEndpoint]:
     """``server`` (one of ``SERVERS``) serving ``start`` as policy version 0 until the block ends.
 
-    With ``lora`` (LoRA rounds), vLLM serves the base model with LoRA on and the agents call the
-    adapter, by the policy's name; :func:`run_loop` publishes the starting adapter before round 0.
+    With ``lora`` (LoRA rounds), vLLM serves the base model with LoRA on and the agents call an
+    adapter by its policy's name, one adapter per name of ``policies``; :func:`run_loop`
+    publishes each starting adapter before round 0. Full weights serve one policy.
     """
     if server == "tracerl":
         from tracerl.trainer.serving.app import running_server
 
         with running_server(start) as builtin:
-            yield PolicyEndpoint(builtin.base_url, BuiltinServer(builtin.base_url))
+            yield PolicyEndpoint(builtin.base_url, {POLICY_MODEL_NAME: BuiltinServer(builtin.base_url)})
     elif server == "vllm":
         from tracerl.trainer.serving.vllm_process import running_vllm
 
         if lora:
-            with running_vllm(lora.base, served_model_name=f"{POLICY_MODEL_NAME}-base", lora_rank=lora.lora_rank,
+            with running_vllm(lora.base, served_model_name=f"{POLICY_MODEL_NAME}-base", lora_rank=lora.lora_rank, max_loras=max(2, len(policies)),
                               tool_call_parser=tool_call_parser, options=vllm) as served:
-                yield PolicyEndpoint(served.base_url, VllmLora(served.base_url, adapter_name=POLICY_MODEL_NAME))
+                yield PolicyEndpoint(served.base_url, {name: VllmLora(served.base_url, adapter_name=name) for name in policies})
         else:
             with running_vllm(start, served_model_name=POLICY_MODEL_NAME, tool_call_parser=tool_call_parser, options=vllm) as served:
-                yield PolicyEndpoint(served.base_url, VllmReload(served.base_url, served_checkpoint=start))
+                yield PolicyEndpoint(served.base_url, {POLICY_MODEL_NAME: VllmReload(served.base_url, served_checkpoint=start)})
     else:
         raise ValueError(f"unknown server {server!r}: use one of {', '.join(SERVERS)}")
 
@@ -120,9 +129,10 @@ def write_round_tasks(path: Path, train: list[Task], held_out: list[Task], cfg: 
 
 def run_agent(
     recipe: AgentRecipe, tasks_file: Path, data_dir: Path, base_url: str, concurrency: int, max_tokens: int | None = None,
-    agent_args: tuple[str, ...] = (),
+    agent_args: tuple[str, ...] = (), agent_models: dict[str, str] | None = None,
 ) -> None:
-    """Run the recipe's agent with capture switched on by environment variables only."""
+    """Run the recipe's agent with capture switched on by environment variables only
+    (and, with several policies, each agent's model name: ``AGENT_MODELS_ENV``)."""
     env = {
         **os.environ,
         "OPENAI_BASE_URL": base_url,
@@ -131,6 +141,7 @@ def run_agent(
         "OTEL_SERVICE_NAME": recipe.name,
         AGENT_CONCURRENCY_ENV: str(concurrency),
         **({AGENT_MAX_TOKENS_ENV: str(max_tokens)} if max_tokens else {}),
+        **({AGENT_MODELS_ENV: ",".join(f"{agent}={model}" for agent, model in agent_models.items())} if agent_models else {}),
     }
     argv = [*recipe.agent_argv, *agent_args]
     command = [sys.executable, "-m", "tracerl", "run", "--", *argv, str(tasks_file)]
@@ -206,6 +217,49 @@ class PhaseClock:
             self.seconds[f"{name}_seconds"] = round(time.perf_counter() - began, 3)
 
 
+@dataclass
+class LoopPolicy:
+    """One policy the loop trains: its trainer, its publish target, its folder (checkpoints ``vN``, ``registry.json``).
+
+    One policy (``POLICY_MODEL_NAME``) trains every selected call; with ``--policy``, each is a
+    LoRA adapter of its own, trained on the calls of its agents that it served.
+    """
+
+    name: str
+    trainer: PolicyGradientTrainer
+    target: PublishTarget
+    folder: Path
+    served: Path  # the checkpoint served now: what a failed publish rolls the trainer back to
+    version: int = 0
+    replay: list[Sample] = field(default_factory=list)  # with --model --replay, its own best outputs
+
+    @property
+    def registry(self) -> PolicyRegistry:
+        return PolicyRegistry(self.folder)
+
+    def record(self, entry: dict) -> None:
+        self.registry.append({**entry, "recorded_at": utc_now()})
+
+
+def check_setup(cfg: LoopConfig, endpoint: PolicyEndpoint | None) -> None:
+    """Refuse, before anything starts, options that cannot run together."""
+    lora = cfg.train.lora_rank > 0 or bool(cfg.model and lora_policy(cfg.model, cfg))
+    if not endpoint and cfg.server != "vllm" and lora:
+        raise LoopSetupError("LoRA rounds publish adapters, which `tracerl serve` does not load: use --server vllm (it swaps the adapter in place)")
+    if not cfg.policies:
+        return
+    try:
+        check_policies(cfg.policies)
+    except PipelineInputError as exc:
+        raise LoopSetupError(str(exc)) from None
+    if cfg.agents:
+        raise LoopSetupError("give --agents or --policy, not both: each --policy names its agents")
+    if not lora:
+        raise LoopSetupError("several policies are LoRA adapters on one base model: add --lora-rank R (and --server vllm)")
+    if f"{POLICY_MODEL_NAME}-base" in cfg.policies:
+        raise LoopSetupError(f"{POLICY_MODEL_NAME}-base is the base model's name: give the policy another")
+
+
 def run_loop(
     recipe: AgentRecipe, cfg: LoopConfig, on_phase: Callable[[int, str], None] | None = None, endpoint: PolicyEndpoint | None = None
 ) -> list[dict]:
@@ -225,20 +279,32 @@ def run_loop(
     metrics_path = out / A.RUN_METRICS_FILE
     metrics_path.write_text("")
     cfg = training_setup(cfg)
-    if not endpoint and cfg.server != "vllm" and (cfg.train.lora_rank > 0 or (cfg.model and lora_policy(cfg.model, cfg))):
-        raise LoopSetupError("LoRA rounds publish adapters, which `tracerl serve` does not load: use --server vllm (it swaps the adapter in place)")
+    check_setup(cfg, endpoint)
     phase(0, "preparing the starting policy")
     start = Path(cfg.model) if cfg.model else starting_policy(recipe, cfg.seed, cfg.data)
     lora = lora_policy(start, cfg)
-    trainer = load_trainer(cfg.backend, start, cfg.train, cfg.openrlhf)
-    phase(0, f"training with {cfg.backend} on {trainer.device}, learning rate {trainer.learning_rate:g}")
+    names = tuple(cfg.policies) or (POLICY_MODEL_NAME,)
+    several = bool(cfg.policies)
     train_tasks, held_out = recipe.tasks(cfg.seed, cfg.data)
     replay_on = cfg.replay if cfg.replay is not None else not cfg.model
-    replay = format_replay_samples(recipe, trainer, train_tasks, cfg) if replay_on and not cfg.model else []
+    agent_models = {agent: name for name, agents in cfg.policies.items() for agent in agents}
     rows: list[dict] = []
-    with nullcontext(endpoint) if endpoint else policy_endpoint(cfg.server, start, cfg.tool_call_parser, cfg.vllm, lora) as served:
-        if lora and not endpoint:  # the agents call the adapter: the starting one (untrained LoRA is the base model) first
-            publish(trainer.save(out / "policy" / "v0"), served.target, version=0)
+    with nullcontext(endpoint) if endpoint else policy_endpoint(cfg.server, start, cfg.tool_call_parser, cfg.vllm, lora, names) as served:
+        policies = []
+        for name in names:
+            trainer = load_trainer(cfg.backend, start, cfg.train, cfg.openrlhf)
+            folder = out / "policy" / name if several else out / "policy"
+            policy = LoopPolicy(name, trainer, served.targets[name], folder, start)
+            if lora and not endpoint:  # the agents call the adapter: the starting one (untrained LoRA is the base model) first
+                policy.served = trainer.save(folder / "v0")
+                published = publish(policy.served, policy.target, version=0)
+                policy.record({"version": 0, "kind": "base", "parent": None, "checkpoint": str(policy.served), "published": [published_entry(published, policy.target)]})
+            else:
+                policy.record({"version": 0, "kind": "base", "parent": None, "checkpoint": str(start), "published": []})
+            policies.append(policy)
+        trainer = policies[0].trainer
+        phase(0, f"training {', '.join(names)} with {cfg.backend} on {trainer.device}, learning rate {trainer.learning_rate:g}")
+        format_replay = format_replay_samples(recipe, trainer, train_tasks, cfg) if replay_on and not cfg.model else []
         for rnd in range(cfg.rounds + 1):
             t0, clock = time.time(), PhaseClock()
             round_dir = out / "rounds" / f"{rnd:03d}"
@@ -247,40 +313,36 @@ def run_loop(
             write_round_tasks(tasks_file, train_tasks, held_out, cfg, rnd)
             phase(rnd, "running the agent")
             with clock("rollout"):
-                run_agent(recipe, tasks_file, round_dir / "data", served.base_url, cfg.concurrency, cfg.max_tokens, cfg.agent_args)
+                run_agent(recipe, tasks_file, round_dir / "data", served.base_url, cfg.concurrency, cfg.max_tokens, cfg.agent_args, agent_models)
             rewards = mean_rewards_by_split(round_dir / "data")
             phase(rnd, "building the dataset")
             with clock("build"):
                 manifest = build_dataset(
                     round_dir / "data", round_dir / "dataset", splits=("train",),
-                    credit=cfg.credit, gamma=cfg.gamma, default_rules=cfg.air, agents=agents_pattern(cfg.agents),
+                    credit=cfg.credit, gamma=cfg.gamma, default_rules=cfg.air, agents=agents_pattern(cfg.agents), policies=cfg.policies,
                 )
+            calls = manifest["counts"]["llm_calls"]
+            for name, missing in calls["policy_agents_unseen"].items():
+                phase(rnd, f"warning: policy {name} names agent(s) no call has: {', '.join(missing)} (seen: {', '.join(calls['by_agent'])})")
             row = {
                 "round": rnd,
-                "policy_version": rnd,
+                **({} if several else {"policy_version": policies[0].version}),
                 "train_mean_reward": rewards.get("train"),
                 "eval_mean_reward": rewards.get("test"),
                 "transitions": int(manifest["counts"]["transitions"]),
+                **({"wrong_policy_calls": calls["skipped"].get("wrong_policy", 0)} if several else {}),
             }
-            if rnd < cfg.rounds:
-                phase(rnd, "training")
-                samples, skipped = read_dataset(round_dir / "dataset")
-                kept = random.Random(cfg.seed * 1000 + rnd).sample(replay, min(cfg.replay_samples, len(replay)))
-                stats = trainer.train(samples + kept)
-                if replay_on and cfg.model:  # a real model replays its own best outputs, from the next round on
-                    replay = (replay + rewarded_outputs(samples))[-4 * max(cfg.replay_samples, 1) :]
-                with clock("save"):
-                    checkpoint = trainer.save(out / "policy" / f"v{rnd + 1}")
-                with clock("publish"):
-                    publish(checkpoint, served.target, version=rnd + 1)
-                written = folder_bytes(checkpoint)
-                prune_checkpoints(sorted((out / "policy").glob("v*"), key=lambda p: int(p.name[1:])), keep=cfg.keep_checkpoints)
-                row.update(
-                    train_loss=stats.loss, clip_fraction=stats.clip_fraction, approx_kl=stats.approx_kl,
-                    served_logprob_gap=stats.served_logprob_gap, is_filtered_fraction=stats.is_filtered_fraction, entropy=stats.entropy,
-                    train_seconds=stats.seconds, peak_memory_bytes=stats.peak_memory_bytes, skipped=skipped,
-                    checkpoint_bytes=written, kept_checkpoint_bytes=folder_bytes(out / "policy"),
-                )
+            per_policy = {}
+            for policy in policies:
+                fields: dict = {"policy_version": policy.version}
+                if rnd < cfg.rounds:
+                    phase(rnd, f"training {policy.name}" if several else "training")
+                    fields.update(train_and_publish(policy, round_dir / "dataset", format_replay, cfg, rnd, several, lambda text: phase(rnd, text)))
+                per_policy[policy.name] = fields
+            if several:
+                row["policies"] = per_policy
+            else:
+                row.update({k: v for k, v in per_policy[POLICY_MODEL_NAME].items() if k != "policy_version"})
             row.update(clock.seconds, seconds=round(time.time() - t0, 2))
             rows.append(row)
             with metrics_path.open("a", encoding="utf-8") as handle:
@@ -288,3 +350,59 @@ def run_loop(
             plot_reward_curve(rows, out / "reward_curve.png", recipe.title)
     (out / "config.json").write_text(json.dumps({"recipe": recipe.name, **asdict(cfg)}, default=str, indent=2))
     return rows
+
+
+def train_and_publish(
+    policy: LoopPolicy, dataset: Path, format_replay: list[Sample], cfg: LoopConfig, rnd: int, several: bool, phase: Callable[[str], None],
+) -> dict:
+    """One policy's part of a round: train on its rows (and ``replay_samples`` replayed ones: the recipe's
+    format turns, or with ``--model --replay`` the policy's own best outputs), save, publish as its next
+    version, record; the row's fields.
+
+    A policy with nothing to train on this round is set aside (``status`` skipped); one whose
+    publish fails keeps serving its previous version, its trainer goes back to those weights
+    and the checkpoint moves to ``failed/`` (``status`` publish_failed): the others go on.
+    """
+    clock = PhaseClock()
+    try:
+        samples, skipped = read_dataset(dataset, policy=policy.name if several else None)
+    except EmptyDatasetError as exc:
+        return {"status": "skipped", "reason": str(exc)}
+    pool = format_replay + policy.replay  # one of them is empty
+    kept = random.Random(cfg.seed * 1000 + rnd).sample(pool, min(cfg.replay_samples, len(pool)))
+    stats = policy.trainer.train(samples + kept)
+    if cfg.replay and cfg.model:  # a real model replays its own best outputs, from the next round on
+        policy.replay = (policy.replay + rewarded_outputs(samples))[-4 * max(cfg.replay_samples, 1) :]
+    version = policy.version + 1
+    with clock("save"):
+        checkpoint = policy.trainer.save(policy.folder / f"v{version}")
+    fields = {
+        "train_loss": stats.loss, "clip_fraction": stats.clip_fraction, "approx_kl": stats.approx_kl,
+        "served_logprob_gap": stats.served_logprob_gap, "is_filtered_fraction": stats.is_filtered_fraction, "entropy": stats.entropy,
+        "train_seconds": stats.seconds, "peak_memory_bytes": stats.peak_memory_bytes, "skipped": skipped,
+        "checkpoint_bytes": folder_bytes(checkpoint),
+    }
+    phase(f"publishing {policy.name} v{version}" if several else "publishing")
+    try:
+        with clock("publish"):
+            published = publish(checkpoint, policy.target, version=version)
+    except PublishError as exc:
+        failed = policy.folder / "failed" / f"v{version}-round{rnd}"
+        failed.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(checkpoint, failed)
+        policy.trainer = load_trainer(cfg.backend, policy.served, cfg.train, cfg.openrlhf)
+        return {**fields, **clock.seconds, "status": "publish_failed", "reason": str(exc), "checkpoint": str(failed)}
+    policy.record({
+        "version": version, "kind": "trained", "parent": policy.version, "checkpoint": str(checkpoint),
+        "episodes": [{"episode_id": e, "policy_versions": v}
+                     for e, v in sorted(dataset_episodes(transition_files(dataset), policy.name if several else None).items())],
+        "metrics": {k: v for k, v in fields.items() if k not in MACHINE_MEASUREMENTS}, "published": [published_entry(published, policy.target)],
+    })
+    policy.version, policy.served = version, checkpoint
+    prune_checkpoints(sorted(policy.folder.glob("v*"), key=lambda p: int(p.name[1:])), keep=cfg.keep_checkpoints)
+    return {**fields, **clock.seconds, "status": "trained", "policy_version": version, "kept_checkpoint_bytes": folder_bytes(policy.folder)}
+
+
+def published_entry(result: PublishResult, target: PublishTarget) -> dict:
+    """What the registry keeps of a publish: where, as which version, how fast, when."""
+    return {"endpoint": result.target, "kind": target.kind, "policy_version": result.policy_version, "seconds": result.seconds, "at": utc_now()}

@@ -2,7 +2,8 @@
 
 The loop (:mod:`tracerl.orchestration.loop.loop`) knows nothing of any agent. An agent to be
 trained is an ordinary program that reads a tasks file, calls the policy endpoint found in
-``OPENAI_BASE_URL`` under the model name ``policy``, and scores its own episodes with
+``OPENAI_BASE_URL`` under the model name ``policy`` (with several policies, each agent under
+its policy's name, :func:`agent_model`), and scores its own episodes with
 ``tracerl.episode`` / ``tracerl.emit_reward``. A recipe names that program and adds
 what only its author knows: which tasks exist (made locally, or read from a public data
 set in its own format), and, for a model built from nothing, the examples that teach the
@@ -13,6 +14,7 @@ set in its own format), and, for a model built from nothing, the examples that t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,18 @@ Task = dict[str, Any]  # one line of a tasks file: "task_id", "split", and what 
 POLICY_MODEL_NAME = "policy"  # the model name agents send; `vllm serve` is started under it
 AGENT_CONCURRENCY_ENV = "TRACERL_AGENT_CONCURRENCY"  # how many episodes an agent program runs at once
 AGENT_MAX_TOKENS_ENV = "TRACERL_AGENT_MAX_TOKENS"  # max_tokens per LLM call (a real model needs more than the tiny one)
+# with several policies (--policy), each agent's model name: "writer=writer,rewriter=writer,checker=checker"
+AGENT_MODELS_ENV = "TRACERL_AGENT_MODELS"
+
+
+def agent_model(agent: str, default: str = POLICY_MODEL_NAME) -> str:
+    """The model name ``agent`` should call: its policy's, when the loop trains a policy per agent, else ``default``.
+
+    The one thing an agent program changes to take part in a per-agent training: the model
+    string it gives each of its agents, which every framework lets it set.
+    """
+    pairs = (pair.partition("=") for pair in os.environ.get(AGENT_MODELS_ENV, "").split(",") if pair)
+    return {name.strip(): model.strip() for name, _, model in pairs}.get(agent, default)
 
 
 @dataclass(frozen=True)

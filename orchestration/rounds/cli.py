@@ -165,13 +165,28 @@ run.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
 policy_app = typer.Typer(no_args_is_help=True, add_completion=False, help="The policy registry: versions, their data, where they are served.")
 
 
-def _registry(config: Path | None, state: Path | None) -> Any:
+_POLICY = typer.Option(None, "--policy", help="Which policy, where the folder holds several (a subfolder each).")
+
+
+def _registry(config: Path | None, state: Path | None, policy: str | None = None) -> Any:
     from tracerl.orchestration.rounds.registry import PolicyRegistry
 
-    return PolicyRegistry(_state_of(config, state))
+    return PolicyRegistry(_state_of(config, state, policy))
 
 
-def _state_of(config: Path | None, state: Path | None) -> Path:
+def policy_folders(folder: Path) -> dict[str, Path]:
+    """The policy registries of ``folder``: itself when it holds one (named ''), else each subfolder that holds
+    one (a policy per agent group: the loop's ``OUT/policy/NAME``, a round's ``STATE/NAME``)."""
+    from tracerl.orchestration.rounds.registry import REGISTRY_FILE
+
+    if (folder / REGISTRY_FILE).is_file() or not folder.is_dir():
+        return {"": folder}
+    found = {sub.name: sub for sub in sorted(folder.iterdir()) if (sub / REGISTRY_FILE).is_file()}
+    return found or {"": folder}
+
+
+def _root(config: Path | None, state: Path | None) -> Path:
+    """The folder given: --state, else the config file's state."""
     if state is not None:
         return state
     if config is None:
@@ -182,32 +197,49 @@ def _state_of(config: Path | None, state: Path | None) -> Path:
         raise typer.BadParameter(str(exc), param_hint="--config") from None
 
 
+def _state_of(config: Path | None, state: Path | None, policy: str | None = None) -> Path:
+    """One policy's folder: the folder given, or its subfolder ``policy`` where it holds several."""
+    state = _root(config, state)
+    folders = policy_folders(state)
+    if policy is None and len(folders) > 1:
+        raise typer.BadParameter(f"{state} holds several policies ({', '.join(folders)}): add --policy NAME", param_hint="--policy")
+    if policy is not None and policy not in folders:
+        known = ", ".join(name for name in folders if name) or "one, unnamed: leave --policy out"
+        raise typer.BadParameter(f"no policy {policy!r} in {state} (policies: {known})", param_hint="--policy")
+    return folders[policy or next(iter(folders))]
+
+
 @policy_app.command("list")
-def list_policies(config: Optional[Path] = _CONFIG, state: Optional[Path] = _STATE) -> None:
-    """One line per version: version, kind, parent, episodes, loss, where it is served."""
-    from tracerl.orchestration.rounds.registry import RegistryError
+def list_policies(config: Optional[Path] = _CONFIG, state: Optional[Path] = _STATE, policy: Optional[str] = _POLICY) -> None:
+    """One line per version: version, kind, parent, episodes, loss, where it is served (each policy's, where there are several)."""
+    from tracerl.orchestration.rounds.registry import PolicyRegistry, RegistryError
     from tracerl.trainer.training.checkpoint import has_weights
 
+    folders = {policy: _state_of(config, state, policy)} if policy else policy_folders(_root(config, state))
     try:
-        entries = _registry(config, state).entries()
+        tables = {name: PolicyRegistry(path).entries() for name, path in folders.items()}
     except RegistryError as exc:
         raise typer.BadParameter(str(exc), param_hint="--state") from None
-    typer.echo(f"{'version':>7}  {'kind':<8}  {'parent':>6}  {'episodes':>8}  {'loss':>10}  {'weights':<8}  {'recorded':<25}  published")
-    for e in entries:
-        loss = (e.get("metrics") or {}).get("loss")
-        where = ", ".join(f"{p['endpoint']} as {p['policy_version']}" for p in e.get("published", [])) or "-"
-        weights = "pinned" if e.get("pinned") else ("kept" if e["kind"] == "base" or has_weights(Path(e["checkpoint"])) else "pruned")
-        typer.echo(f"{e['version']:>7}  {e['kind']:<8}  {e['parent'] if e['parent'] is not None else '-':>6}  "
-                   f"{len(e.get('episodes', [])):>8}  {'-' if loss is None else f'{loss:.4g}':>10}  {weights:<8}  {e['recorded_at']:<25}  {where}")
+    named = any(tables)
+    typer.echo(f"{'policy  ' if named else ''}{'version':>7}  {'kind':<8}  {'parent':>6}  {'episodes':>8}  {'loss':>10}  {'weights':<8}  {'recorded':<25}  published")
+    for name, entries in tables.items():
+        for e in entries:
+            loss = (e.get("metrics") or {}).get("loss", (e.get("metrics") or {}).get("train_loss"))
+            where = ", ".join(f"{p['endpoint']} as {p['policy_version']}" for p in e.get("published", [])) or "-"
+            weights = "pinned" if e.get("pinned") else ("kept" if e["kind"] == "base" or has_weights(Path(e["checkpoint"])) else "pruned")
+            typer.echo(f"{f'{name:<6}  ' if named else ''}{e['version']:>7}  {e['kind']:<8}  {e['parent'] if e['parent'] is not None else '-':>6}  "
+                       f"{len(e.get('episodes', [])):>8}  {'-' if loss is None else f'{loss:.4g}':>10}  {weights:<8}  {e['recorded_at']:<25}  {where}")
 
 
 @policy_app.command("show")
-def show_policy(version: int = typer.Argument(...), config: Optional[Path] = _CONFIG, state: Optional[Path] = _STATE) -> None:
+def show_policy(
+    version: int = typer.Argument(...), config: Optional[Path] = _CONFIG, state: Optional[Path] = _STATE, policy: Optional[str] = _POLICY,
+) -> None:
     """Everything recorded about VERSION, as JSON."""
     from tracerl.orchestration.rounds.registry import RegistryError
 
     try:
-        typer.echo(json.dumps(_registry(config, state).get(version), indent=2))
+        typer.echo(json.dumps(_registry(config, state, policy).get(version), indent=2))
     except RegistryError as exc:
         raise typer.BadParameter(str(exc), param_hint="VERSION") from None
 
@@ -218,12 +250,13 @@ def pin_policy(
     config: Optional[Path] = _CONFIG,
     state: Optional[Path] = _STATE,
     unpin: bool = typer.Option(False, "--unpin", help="Let keep_checkpoints prune it again."),
+    policy: Optional[str] = _POLICY,
 ) -> None:
     """Keep VERSION's weights whatever keep_checkpoints says (a version you may roll back to); one JSON line."""
     from tracerl.orchestration.rounds.lock import RoundLocked, round_lock
     from tracerl.orchestration.rounds.registry import RegistryError
 
-    folder = _state_of(config, state)
+    folder = _state_of(config, state, policy)
     try:
         with round_lock(folder):  # a round rewrites the registry too
             entry = _registry(None, folder).set_pinned(version, not unpin)

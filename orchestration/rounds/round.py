@@ -147,14 +147,14 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
         with clock("build"):
             build_dataset(config.spans, state.dataset, **_build_options(config))
             files = [f for f in transition_files(state.dataset) if f.name not in registry.claimed_files()]
-            episodes = _episodes(files)
+            episodes = dataset_episodes(files)
             if len(episodes) < config.min_episodes:
                 summary.status, summary.version, summary.episodes = "idle", None, len(episodes)
                 summary.reason = (f"{len(episodes)} new episode(s) since version {parent['version']}, "
                                   f"fewer than min_episodes {config.min_episodes}")
                 return summary
             _link_plan(files, state.dataset, plan)
-    episodes = _episodes(transition_files(plan))
+    episodes = dataset_episodes(transition_files(plan))
     summary.episodes, summary.transitions = len(episodes), _rows(plan)
 
     if not checkpoint.exists():
@@ -291,12 +291,15 @@ def _build_options(config: RoundConfig) -> dict[str, Any]:
     return {f: getattr(config.build, f) for f in config.build.__dataclass_fields__}
 
 
-def _episodes(files: list[Path]) -> dict[str, list[int]]:
-    """Each episode of ``files`` and the policy versions that sampled its calls."""
+def dataset_episodes(files: list[Path], policy: str | None = None) -> dict[str, list[int]]:
+    """Each episode of ``files`` (with ``policy``: that policy has rows in) and the policy versions that sampled its calls."""
     versions: dict[str, set[int]] = {}
     for path in files:
-        table = pq.read_table(path, columns=["episode_id", "policy_version"])
-        for episode, version in zip(table.column("episode_id").to_pylist(), table.column("policy_version").to_pylist()):
+        table = pq.read_table(path, columns=["episode_id", "policy_version", "policy_name"])
+        rows = zip(table.column("episode_id").to_pylist(), table.column("policy_version").to_pylist(), table.column("policy_name").to_pylist())
+        for episode, version, name in rows:
+            if policy is not None and name != policy:
+                continue
             versions.setdefault(episode, set())
             if version is not None:
                 versions[episode].add(version)

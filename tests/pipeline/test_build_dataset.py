@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tracerl.pipeline import PipelineInputError, build_dataset, dataset_table, read_manifest
-from tracerl.schemas import DATASET_SCHEMA
+from tracerl.schemas import DATASET_SCHEMA, DATASET_SCHEMA_VERSION
 from tracerl_testing.span_builders import episode_span, llm_call, reward_span, tool_span, write_spans
 
 
@@ -44,7 +44,7 @@ def test_identical_credit_and_grpo_per_task(data_dir, tmp_path):
     assert files and pq.read_schema(files[0]).equals(DATASET_SCHEMA)
     assert read_manifest(tmp_path / "out") == manifest
     assert manifest["counts"]["transitions"] == 6 and manifest["counts"]["episodes"]["emitted"] == 3
-    assert manifest["schema_version"] == 1 and manifest["parameters"]["credit"] == "identical"
+    assert manifest["schema_version"] == DATASET_SCHEMA_VERSION and manifest["parameters"]["credit"] == "identical"
     assert manifest["watermark"]["episodes_processed"] == 3
     assert any(w.startswith("1 of 2 task group(s) hold a single episode") for w in manifest["warnings"])
 

@@ -15,11 +15,18 @@ the tokens. A version that is not an integer (vLLM's ``"default"`` before the fi
 ``update_weight_version``) adds no header: the span then has no policy version rather
 than a wrong one.
 
+**One vLLM, several policies.** When vLLM serves several LoRA adapters, each a policy with
+versions of its own, the publisher (:class:`tracerl.trainer.publish.VllmLora`) records the
+weight version as a JSON object, adapter name -> version (``{"writer": 3, "checker": 1}``),
+and the header carries the version of the adapter the request named (its ``model``). A
+request for a model the object does not name (the base model) gets no header.
+
 It imports nothing but tracerl's attribute names, so it runs in vLLM's own environment.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -41,11 +48,34 @@ class PolicyVersionHeader:
             await self.app(scope, receive, send)
             return
 
+        body = bytearray()  # the request, kept to learn which model (adapter) it asked for
+
+        async def receive_and_keep() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                body.extend(message.get("body", b""))
+            return message
+
         async def send_with_version(message: Message) -> None:
             if message["type"] == "http.response.start":
-                version = str(await scope["app"].state.engine_client.get_weight_version())
-                if version.isdigit():
-                    message["headers"] = [*message.get("headers", ()), (_HEADER, version.encode("ascii"))]
+                version = served_version(str(await scope["app"].state.engine_client.get_weight_version()), bytes(body))
+                if version is not None:
+                    message["headers"] = [*message.get("headers", ()), (_HEADER, str(version).encode("ascii"))]
             await send(message)
 
-        await self.app(scope, receive, send_with_version)
+        await self.app(scope, receive_and_keep, send_with_version)
+
+
+def served_version(weight_version: str, request_body: bytes) -> int | None:
+    """The policy version that answers a request: vLLM's weight version when it is one number; the
+    requested adapter's entry when it is an adapter -> version object; None otherwise."""
+    if weight_version.isdigit():
+        return int(weight_version)
+    if not weight_version.startswith("{"):
+        return None
+    try:
+        versions, model = json.loads(weight_version), json.loads(request_body or b"{}").get("model")
+    except (ValueError, AttributeError):
+        return None
+    version = versions.get(model) if isinstance(versions, dict) else None
+    return version if isinstance(version, int) else None

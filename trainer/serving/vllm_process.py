@@ -104,7 +104,7 @@ def vllm_lora_rank(rank: int) -> int:
 
 def vllm_command(
     python: str, model: Path, *, served_model_name: str, host: str, port: int, options: VllmOptions, lora_rank: int | None = None,
-    tool_call_parser: str | None = None, cuda: bool | None = None,
+    tool_call_parser: str | None = None, cuda: bool | None = None, max_loras: int = 2,
 ) -> list[str]:
     """The ``vllm serve`` command line; ``cuda`` (default: whether torch here sees a GPU) picks the defaults of ``options``."""
     if cuda is None:
@@ -119,7 +119,7 @@ def vllm_command(
     if tool_call_parser:  # agents that send `tools` get a 400 from vLLM without it
         command += ["--enable-auto-tool-choice", "--tool-call-parser", tool_call_parser]
     if lora_rank is not None:
-        command += ["--enable-lora", "--max-lora-rank", str(vllm_lora_rank(lora_rank)), "--max-loras", "2"]
+        command += ["--enable-lora", "--max-lora-rank", str(vllm_lora_rank(lora_rank)), "--max-loras", str(max_loras)]
     return command
 
 
@@ -129,6 +129,7 @@ def running_vllm(
     *,
     served_model_name: str = "policy",
     lora_rank: int | None = None,
+    max_loras: int = 2,  # adapters in one batch: one per policy the agents call
     tool_call_parser: str | None = None,
     dev_mode: bool = True,
     options: VllmOptions = VllmOptions(),
@@ -147,7 +148,7 @@ def running_vllm(
     if lora_rank is not None:
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     command = vllm_command(vllm_python(), Path(model), served_model_name=served_model_name, host=host, port=port, options=options, lora_rank=lora_rank,
-                           tool_call_parser=tool_call_parser)
+                           tool_call_parser=tool_call_parser, max_loras=max_loras)
     with log.open("wb") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = VllmServer(f"http://{host}:{port}", log, process)

@@ -58,6 +58,7 @@ class Sample:
     response_logprobs: list[float] | None = None
     response_mask: list[int] | None = None  # 1 where the token is the policy's action
     policy_version: int | None = None  # the version that sampled it
+    policy_name: str | None = None  # the policy (served model name) that sampled it
     target_only: bool = False  # supervised sample (warm start): advantage is ignored
 
 
@@ -96,9 +97,13 @@ def check_schema_version(dataset_dir: str | os.PathLike) -> dict:
 
 
 def read_dataset(
-    dataset_dir: str | os.PathLike, *, max_policy_lag: int | None = None, policy_version: int | None = None
+    dataset_dir: str | os.PathLike, *, max_policy_lag: int | None = None, policy_version: int | None = None,
+    policy: str | None = None,
 ) -> tuple[list[Sample], dict[str, int]]:
     """Samples from the dataset folder; also how many rows were skipped, by reason.
+
+    With ``policy``, only that policy's rows (``policy_name``): one dataset built with
+    several ``--policy`` holds the transitions of each, and each policy trains on its own.
 
     With ``max_policy_lag`` K, rows sampled by a policy more than K versions older than
     ``policy_version`` (the policy about to be trained; None: the newest version in the
@@ -122,6 +127,8 @@ def read_dataset(
 
     for row in table.to_pylist():
         sample = Sample(**row)
+        if policy is not None and sample.policy_name != policy:
+            continue
         if not sample.response_token_ids:
             skip("empty response")
             continue
@@ -138,7 +145,8 @@ def read_dataset(
             raise StaleDatasetError(f"{folder} holds no usable transition: every row is more than {max_policy_lag} policy versions old (skipped: {skipped})")
         samples = fresh
     if not samples:
-        raise EmptyDatasetError(f"{folder} holds no usable transition (skipped: {skipped})")
+        whose = f" of policy {policy!r}" if policy is not None else ""
+        raise EmptyDatasetError(f"{folder} holds no usable transition{whose} (skipped: {skipped})")
     samples.sort(key=_content_order)
     return samples, skipped
 

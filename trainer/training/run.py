@@ -32,14 +32,15 @@ class TrainedCheckpoint:
 def train_checkpoint(
     dataset: Path, model: Path, out: Path, *, backend: str = "torch", config: TrainConfig | None = None,
     options: OpenRLHFOptions | None = None, max_policy_lag: int | None = None, version: int | None = None,
-    on_saving: Callable[[], None] | None = None, optimizer_state: bool = True,
+    on_saving: Callable[[], None] | None = None, optimizer_state: bool = True, policy: str | None = None,
 ) -> TrainedCheckpoint:
     """Train ``model`` on ``dataset`` with ``backend`` and write the checkpoint to ``out``.
 
     ``optimizer_state``: save what the next process needs to resume the optimizer (torch backend).
     ``version`` is the policy version the checkpoint will be announced as (None: whatever the
     endpoint numbers it). ``on_saving`` is called when training is done and writing the
-    checkpoint starts (a scheduled round reports its phases). Raises :class:`~tracerl.trainer.training.dataset.DatasetError` for a
+    checkpoint starts (a scheduled round reports its phases). ``policy``: only that policy's rows (a dataset
+    built with several ``--policy``). Raises :class:`~tracerl.trainer.training.dataset.DatasetError` for a
     dataset that cannot be trained on.
     """
     from tracerl.trainer.training.checkpoint import read_checkpoint_manifest
@@ -47,7 +48,7 @@ def train_checkpoint(
 
     config = config or TrainConfig()
     parent_version = (read_checkpoint_manifest(model) or {}).get("policy_version")
-    samples, skipped = read_dataset(dataset, max_policy_lag=max_policy_lag, policy_version=parent_version)
+    samples, skipped = read_dataset(dataset, max_policy_lag=max_policy_lag, policy_version=parent_version, policy=policy)
     dataset_manifest = check_schema_version(dataset)
     options = options or OpenRLHFOptions()
     trainer = load_trainer(backend, model, config, options)

@@ -22,6 +22,7 @@ from tracerl.schemas import attributes as A
 from tracerl.orchestration.demo.recipe import DEMO
 from tracerl.orchestration.loop.config import LoopConfig
 from tracerl.orchestration.loop.loop import PolicyEndpoint, run_loop
+from tracerl.orchestration.loop.recipe import POLICY_MODEL_NAME
 from tracerl.orchestration.loop.warm_start import starting_policy
 from tracerl.trainer.publish import VllmReload, publish
 from tracerl.trainer.training.config import TrainConfig
@@ -67,7 +68,7 @@ def test_demo_round_on_vllm_captures_exactly_and_publishes_the_trained_weights(v
         model=str(start), train=TrainConfig(epochs=1, minibatch_size=8, learning_rate=1e-2), server="vllm",
     )
     with serve_in_thread(recording_proxy(vllm.base_url, answers), name="recording-proxy") as proxy:
-        endpoint = PolicyEndpoint(f"{proxy}/v1", VllmReload(vllm.base_url, served_checkpoint=start))
+        endpoint = PolicyEndpoint(f"{proxy}/v1", {POLICY_MODEL_NAME: VllmReload(vllm.base_url, served_checkpoint=start)})
         rows = run_loop(DEMO, cfg, endpoint=endpoint)
     assert [r["policy_version"] for r in rows] == [0, 1] and rows[0]["transitions"] == tasks * group * 2
 
