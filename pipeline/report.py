@@ -53,15 +53,20 @@ def _rows(analysis: Analysis, sql: str) -> list[dict[str, Any]]:
 
 
 def reward_by_version(analysis: Analysis) -> list[dict[str, Any]]:
-    """Mean episode reward and episode count per (split, policy version), for rewarded episodes."""
+    """Mean episode reward and episode count per (policy, split, policy version), for rewarded episodes.
+
+    With several policies (a LoRA adapter per agent group), an episode counts once for each
+    policy that served some of its calls, at that policy's version: one curve per policy.
+    """
     return _rows(analysis, f"""
         WITH reward AS ({_EPISODE_REWARD}),
-             version AS (SELECT episode_id, max(policy_version) AS policy_version FROM llm_calls GROUP BY 1)
-        SELECT coalesce(e.split, '(none)') AS split, v.policy_version, avg(r.reward) AS mean_reward,
+             version AS (SELECT episode_id, coalesce(policy_name, '(none)') AS policy, max(policy_version) AS policy_version
+                         FROM llm_calls GROUP BY 1, 2)
+        SELECT v.policy, coalesce(e.split, '(none)') AS split, v.policy_version, avg(r.reward) AS mean_reward,
                count(*) AS episodes
         FROM episodes e JOIN reward r USING (episode_id) JOIN version v USING (episode_id)
         WHERE v.policy_version IS NOT NULL
-        GROUP BY 1, 2 ORDER BY 1, 2""")
+        GROUP BY 1, 2, 3 ORDER BY 1, 2, 3""")
 
 
 def agents(analysis: Analysis) -> list[dict[str, Any]]:
@@ -160,8 +165,10 @@ def _charts(figures: dict[str, Any]) -> dict[str, charts.Chart | str]:
     """Each section's chart, or the sentence that says why it has none."""
     made: dict[str, charts.Chart | str] = {}
     series: dict[str, list[tuple[float, float]]] = {}
+    several = len({row["policy"] for row in figures["reward_by_version"]}) > 1
     for row in figures["reward_by_version"]:
-        series.setdefault(row["split"], []).append((row["policy_version"], row["mean_reward"]))
+        name = f"{row['policy']}: {row['split']}" if several else row["split"]
+        series.setdefault(name, []).append((row["policy_version"], row["mean_reward"]))
     made["reward"] = (charts.lines("reward", series, xlabel="policy version", ylabel="mean episode reward")
                       if series else "no rewarded episode with a policy version yet")
     agent_rows = figures["agents"]
@@ -248,8 +255,8 @@ def render(figures: dict[str, Any]) -> str:
     doctor = figures["doctor"]
     notes = "".join(f"<li>{_e(n)}</li>" for n in doctor["notes"])
     sections = [
-        _section("Reward per policy version, by split", made["reward"],
-                 _table(figures["reward_by_version"], ["split", "policy_version", "mean_reward", "episodes"])),
+        _section("Reward per policy version, by split (and policy, where several are trained)", made["reward"],
+                 _table(figures["reward_by_version"], ["policy", "split", "policy_version", "mean_reward", "episodes"])),
         _section("Training metrics per round", made["metrics"], _set_aside(figures["metrics"] or [])),
         _section("LLM calls and tokens per agent", made["agents"],
                  _table(figures["agents"], ["agent", "calls", "prompt_tokens", "completion_tokens"])),

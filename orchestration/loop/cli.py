@@ -82,6 +82,8 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
             policies = parse_policies(policy)
         except PipelineInputError as exc:
             raise typer.BadParameter(str(exc), param_hint="--policy") from None
+        if policies and agents == d.agents:  # the recipe's --agents default selects for one policy; --policy names its own
+            agents = None
         backend, train_config, openrlhf = training.apply(d.backend, replace(d.train, seed=seed), d.openrlhf)
         cfg = replace(
             d, out=out, rounds=rounds, tasks_per_round=tasks_per_round, group_size=group_size, eval_tasks=eval_tasks,

@@ -342,7 +342,7 @@ def run_loop(
             if several:
                 row["policies"] = per_policy
             else:
-                row.update({k: v for k, v in per_policy[POLICY_MODEL_NAME].items() if k != "policy_version"})
+                row.update({k: v for k, v in per_policy[POLICY_MODEL_NAME].items() if k not in ("policy_version", "published_version")})
             row.update(clock.seconds, seconds=round(time.time() - t0, 2))
             rows.append(row)
             with metrics_path.open("a", encoding="utf-8") as handle:
@@ -400,7 +400,7 @@ def train_and_publish(
     })
     policy.version, policy.served = version, checkpoint
     prune_checkpoints(sorted(policy.folder.glob("v*"), key=lambda p: int(p.name[1:])), keep=cfg.keep_checkpoints)
-    return {**fields, **clock.seconds, "status": "trained", "policy_version": version, "kept_checkpoint_bytes": folder_bytes(policy.folder)}
+    return {**fields, **clock.seconds, "status": "trained", "published_version": version, "kept_checkpoint_bytes": folder_bytes(policy.folder)}
 
 
 def published_entry(result: PublishResult, target: PublishTarget) -> dict:

@@ -56,3 +56,11 @@ def run_example_notebook() -> Callable[[str], tuple[list[dict], str]]:
         return outputs, "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in outputs)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def qwen2_folder(tmp_path_factory) -> Path:
+    """A model of a real architecture (Qwen2's classes and chat format, random weights), where a GPU user names a hub id."""
+    from tracerl_testing.qwen2_model import build_qwen2_model
+
+    return build_qwen2_model(tmp_path_factory.mktemp("qwen2") / "model")

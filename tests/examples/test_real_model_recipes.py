@@ -20,16 +20,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tracerl_testing.qwen2_model import build_qwen2_model
-
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def qwen2_folder(tmp_path_factory) -> Path:
-    return build_qwen2_model(tmp_path_factory.mktemp("qwen2") / "model")
 
 
 def served_versions(round_dir: Path) -> list[int]:

@@ -41,10 +41,26 @@ def _write_runs(folder):
     return folder
 
 
+def test_each_policy_has_its_reward_curve_at_its_own_versions(data_dir, tmp_path):
+    # a policy per agent: the writer's adapter moved on to version 2, the checker's stayed at 0
+    rows = []
+    for ep, writer_version, reward in (("e1", 1, 1.0), ("e2", 2, 0.0), ("e3", 2, 1.0)):
+        rows += [
+            episode_span(ep, 0, 100, task="t"),
+            llm_call(ep, "w", 1, 10, [1], [2], agent="writer", model="writer", version=writer_version),
+            llm_call(ep, "c", 11, 20, [3], [4], agent="checker", model="checker", version=0),
+            reward_span(ep, "r", 30, reward),
+        ]
+    figures = report_data(write_spans(data_dir, rows))
+    assert [(r["policy"], r["policy_version"], r["mean_reward"], r["episodes"]) for r in figures["reward_by_version"]] == [
+        ("checker", 0, pytest.approx(2 / 3), 3), ("writer", 1, 1.0, 1), ("writer", 2, 0.5, 2)]
+
+
 def test_the_figures_are_the_data_worked_out_by_hand(data_dir, tmp_path):
     figures = report_data(_write_data(data_dir), runs=_write_runs(tmp_path / "runs"))
     assert [(r["split"], r["policy_version"], r["mean_reward"], r["episodes"]) for r in figures["reward_by_version"]] == [
         ("test", 1, 0.0, 1), ("test", 2, 0.5, 1), ("train", 1, 0.5, 2), ("train", 2, 1.0, 1)]
+    assert {r["policy"] for r in figures["reward_by_version"]} == {"(none)"}  # no server named the model
     assert figures["agents"] == [
         {"agent": "coder", "calls": 5, "prompt_tokens": 15, "completion_tokens": 10},
         {"agent": "planner", "calls": 5, "prompt_tokens": 10, "completion_tokens": 5},

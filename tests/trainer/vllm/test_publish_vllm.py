@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 
 import httpx
@@ -57,6 +58,32 @@ def test_lora_adapter_is_swapped_in_place_and_serves_what_peft_computes(vllm, vl
         publish(no_weights, target)
     assert greedy_chat(vllm.base_url, PROMPT, model="policy-lora") == two
 
+
+
+def test_two_adapters_on_one_vllm_are_two_policies_with_versions_of_their_own(vllm, vllm_python, start_model, tmp_path):
+    publish(start_model, VllmReload(vllm.base_url), version=0)
+    first, second = tmp_path / "lora-1", tmp_path / "lora-2"
+    run_peft_adapter(vllm_python, "write", str(start_model), str(first), "1")
+    run_peft_adapter(vllm_python, "write", str(start_model), str(second), "2")
+    writer, checker = VllmLora(vllm.base_url, adapter_name="writer"), VllmLora(vllm.base_url, adapter_name="checker")
+
+    assert publish(first, writer).policy_version == 1
+    assert publish(first, checker).policy_version == 1
+    assert publish(second, writer).policy_version == 2  # the writer moves on; the checker stays at 1
+    as_writer, as_checker = greedy_chat(vllm.base_url, PROMPT, model="writer"), greedy_chat(vllm.base_url, PROMPT, model="checker")
+    assert (as_writer["version"], as_checker["version"]) == ("2", "1")  # each answer says its own adapter's version
+    np.testing.assert_allclose(as_writer["logprobs"], peft_logprobs(vllm_python, start_model, second, as_writer["prompt_ids"], as_writer["ids"]), atol=1e-4)
+    np.testing.assert_allclose(as_checker["logprobs"], peft_logprobs(vllm_python, start_model, first, as_checker["prompt_ids"], as_checker["ids"]), atol=1e-4)
+    assert greedy_chat(vllm.base_url, PROMPT)["version"] is None  # the base model: no policy's version
+
+    too_wide = tmp_path / "lora-too-wide"  # an adapter vLLM refuses (rank above --max-lora-rank)
+    shutil.copytree(second, too_wide)
+    config = json.loads((too_wide / "adapter_config.json").read_text())
+    (too_wide / "adapter_config.json").write_text(json.dumps({**config, "r": 64}))
+    with pytest.raises(PublishError, match="did not load"):
+        publish(too_wide, checker)
+    assert greedy_chat(vllm.base_url, PROMPT, model="checker") == as_checker  # the checker serves what it served
+    assert greedy_chat(vllm.base_url, PROMPT, model="writer") == as_writer
 
 def test_a_rejected_checkpoint_puts_the_served_one_back_and_resumes(vllm, start_model, tmp_path):
     publish(start_model, VllmReload(vllm.base_url), version=0)
