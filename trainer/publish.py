@@ -290,10 +290,12 @@ class VllmLora:
 TARGET_KINDS: dict[str, type[PublishTarget]] = {target.kind: target for target in (BuiltinServer, VllmReload, VllmLora)}
 
 
-def target_for(base_url: str, kind: str = BuiltinServer.kind) -> PublishTarget:
-    """The target of ``kind`` (a name of :data:`TARGET_KINDS`) at ``base_url``."""
+def target_for(base_url: str, kind: str = BuiltinServer.kind, adapter_name: str | None = None) -> PublishTarget:
+    """The target of ``kind`` (a name of :data:`TARGET_KINDS`) at ``base_url`` (a LoRA target: ``adapter_name``'s, when given)."""
     if kind not in TARGET_KINDS:
         raise PublishError(f"unknown endpoint kind {kind!r}: use one of {', '.join(sorted(TARGET_KINDS))}")
+    if kind == VllmLora.kind and adapter_name:
+        return VllmLora(base_url, adapter_name=adapter_name)
     return TARGET_KINDS[kind](base_url)
 
 

@@ -61,6 +61,15 @@ def _config_from_options(config: Path | None, **options: Any) -> RoundConfig:
     kind = options.pop("endpoint_kind")
     options["endpoints"] = [Endpoint(url, kind) for url in endpoints] or None
     options["splits"] = tuple(options.pop("split")) or None
+    if options.get("policy"):
+        from tracerl.pipeline.options import parse_policies
+        from tracerl.pipeline.source import PipelineInputError
+
+        try:
+            options["policies"] = parse_policies(options["policy"])
+        except PipelineInputError as exc:
+            raise RoundConfigError(f"--policy: {exc}") from None
+    options.pop("policy", None)
     cfg = load_config(config, **options)
     try:
         backend, train, openrlhf = training.apply(cfg.backend, cfg.train, cfg.openrlhf)
@@ -99,6 +108,8 @@ def run(
     max_policy_lag: Optional[int] = typer.Option(None, "--max-policy-lag", min=0, metavar="K", help="Skip rows sampled more than K versions back."),
     split: list[str] = typer.Option([], "--split", help="Train on episodes of this split (repeatable)."),
     agents: Optional[str] = typer.Option(None, "--agents", help="Train these agents' calls (build-dataset --agents)."),
+    policy: list[str] = typer.Option(
+        [], "--policy", help="NAME=AGENT[,AGENT...]: a LoRA adapter of its own for these agents, in STATE/NAME (repeatable; replaces [policies])."),
     endpoint: list[str] = typer.Option([], "--endpoint", help="Publish to this endpoint (repeatable; replaces the file's)."),
     endpoint_kind: str = typer.Option(BuiltinServer.kind, "--endpoint-kind", help="What serves at --endpoint."),
     eval_command: Optional[str] = typer.Option(None, "--eval", help="Gate: a command printing a checkpoint's held-out reward ({checkpoint} replaced)."),
@@ -110,7 +121,7 @@ def run(
     """One scheduled round, then exit: new episodes -> dataset -> train -> publish -> record -> report."""
     try:
         cfg = _config_from_options(config, spans=spans, state=state, model=model, min_episodes=min_episodes, max_policy_lag=max_policy_lag,
-                                   split=split, agents=agents, endpoint=endpoint, endpoint_kind=endpoint_kind,
+                                   split=split, agents=agents, policy=policy, endpoint=endpoint, endpoint_kind=endpoint_kind,
                                    eval_command=eval_command, gate_margin=gate_margin, keep_checkpoints=keep_checkpoints, **training)
     except RoundConfigError as exc:
         raise typer.Exit(_emit({"status": "config_error", "reason": str(exc)})) from None
@@ -258,7 +269,7 @@ def pin_policy(
 
     folder = _state_of(config, state, policy)
     try:
-        with round_lock(folder):  # a round rewrites the registry too
+        with round_lock(_root(config, state)):  # a round rewrites the registry too
             entry = _registry(None, folder).set_pinned(version, not unpin)
     except RoundLocked as exc:
         raise typer.Exit(_emit({"status": "locked", "reason": str(exc)})) from None
@@ -274,18 +285,20 @@ def rollback_policy(
     state: Optional[Path] = _STATE,
     endpoint: list[str] = typer.Option([], "--endpoint", help="Publish here (default: the config file's endpoints)."),
     endpoint_kind: str = typer.Option(BuiltinServer.kind, "--endpoint-kind"),
+    policy: Optional[str] = _POLICY,
 ) -> None:
-    """Publish VERSION's checkpoint again as a new version (so spans stay unambiguous); one JSON line."""
+    """Publish VERSION's checkpoint again as a new version (so spans stay unambiguous); one JSON line.
+    With several policies, --policy NAME rolls back that one's adapter; the others keep theirs."""
     from tracerl.orchestration.rounds.lock import RoundLocked, round_lock
     from tracerl.orchestration.rounds.registry import RegistryError
     from tracerl.orchestration.rounds.rollback import rollback
     from tracerl.orchestration.rounds.round import RoundFailed
 
-    folder = _state_of(config, state)
+    folder = _state_of(config, state, policy)
     endpoints = tuple(Endpoint(url, endpoint_kind) for url in endpoint) or (load_config(config).endpoints if config else ())
     try:
-        with round_lock(folder):
-            entry = rollback(folder, version, endpoints)
+        with round_lock(_root(config, state)):
+            entry = rollback(folder, version, endpoints, policy)
     except RoundLocked as exc:
         raise typer.Exit(_emit({"status": "locked", "reason": str(exc)})) from None
     except RegistryError as exc:

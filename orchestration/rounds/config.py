@@ -26,6 +26,10 @@
     url = "http://127.0.0.1:8000/v1"
     kind = "tracerl"                               # or vllm, vllm-lora
 
+    [policies]                                     # optional: a LoRA adapter per group of agents, on one vLLM
+    writer = ["writer", "rewriter"]                # (needs [train] lora_rank and vllm-lora endpoints); each
+    checker = ["checker"]                          # policy has its folder STATE/NAME, the dataset is shared
+
 Relative paths are relative to the file's folder. Command-line options override the file.
 """
 
@@ -37,9 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracerl.pipeline.options import BuildOptions
+from tracerl.pipeline.options import BuildOptions, check_policies
 from tracerl.pipeline.source import PipelineInputError
-from tracerl.trainer.publish import TARGET_KINDS, BuiltinServer
+from tracerl.trainer.publish import TARGET_KINDS, BuiltinServer, VllmLora
 from tracerl.trainer.training.config import BACKENDS, OpenRLHFOptions, TrainConfig
 
 
@@ -72,6 +76,7 @@ class RoundConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     openrlhf: OpenRLHFOptions = field(default_factory=OpenRLHFOptions)
     endpoints: tuple[Endpoint, ...] = ()
+    policies: dict[str, tuple[str, ...]] = field(default_factory=dict)  # {policy: agents}: an adapter each
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -87,6 +92,21 @@ class RoundConfig:
                 raise RoundConfigError(f"endpoint {endpoint.url}: unknown kind {endpoint.kind!r}, use one of {', '.join(sorted(TARGET_KINDS))}")
         if not (self.model / "config.json").is_file():
             raise RoundConfigError(f"model: {self.model} is not a Hugging Face checkpoint (no config.json)")
+        if self.policies:
+            self._check_policies()
+
+    def _check_policies(self) -> None:
+        try:
+            check_policies(self.policies)
+        except PipelineInputError as exc:
+            raise RoundConfigError(f"policies: {exc}") from None
+        if self.build.agents:
+            raise RoundConfigError("give [build] agents or [policies], not both: each policy names its agents")
+        if self.train.lora_rank <= 0:
+            raise RoundConfigError("policies are LoRA adapters on one base model: set [train] lora_rank (or --lora-rank)")
+        wrong = [e.url for e in self.endpoints if e.kind != VllmLora.kind]
+        if wrong:
+            raise RoundConfigError(f"policies are published as LoRA adapters: endpoint(s) {', '.join(wrong)} need kind = \"{VllmLora.kind}\"")
 
 
 _SECTIONS = {"build": BuildOptions, "train": TrainConfig, "openrlhf": OpenRLHFOptions}
@@ -97,8 +117,8 @@ _TOP = {f.name for f in dataclasses.fields(RoundConfig)} - set(_SECTIONS) - {"en
 def load_config(path: Path | None, **overrides: Any) -> RoundConfig:
     """The configuration of ``path`` (None: none) with ``overrides`` (None values ignored) on top.
 
-    ``overrides`` take the top-level keys, ``splits`` and ``agents`` (into ``[build]``) and
-    ``endpoints`` (a list of :class:`Endpoint`).
+    ``overrides`` take the top-level keys, ``splits`` and ``agents`` (into ``[build]``),
+    ``endpoints`` (a list of :class:`Endpoint`) and ``policies`` ({policy: agents}).
     """
     data: dict[str, Any] = {}
     base = Path.cwd()
@@ -122,6 +142,8 @@ def load_config(path: Path | None, **overrides: Any) -> RoundConfig:
     sections = {name: _section(where, name, cls, build if name == "build" else data.get(name, {})) for name, cls in _SECTIONS.items()}
     endpoints = overrides.pop("endpoints", None) or [_endpoint(where, e) for e in data.get("endpoint", [])]
     top = _absolute({k: v for k, v in data.items() if k in _TOP}, base)
+    if "policies" in top:
+        top["policies"] = _policies(where, top["policies"])
     top.update(_absolute({k: v for k, v in overrides.items() if v is not None}, Path.cwd()))
     missing = [k for k in ("spans", "state", "model") if k not in top]
     if missing:
@@ -156,6 +178,12 @@ def _section(where: str, name: str, cls: type, values: dict[str, Any]) -> Any:
         return cls(**values)
     except (PipelineInputError, TypeError, ValueError) as exc:
         raise RoundConfigError(f"{where} [{name}]: {exc}") from None
+
+
+def _policies(where: str, value: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(value, dict) or not all(isinstance(v, list) and all(isinstance(a, str) for a in v) for v in value.values()):
+        raise RoundConfigError(f'{where} [policies]: each key is a policy, its value the list of its agents, e.g. writer = ["writer", "rewriter"]')
+    return {name: tuple(agents) for name, agents in value.items()}
 
 
 def _endpoint(where: str, value: Any) -> Endpoint:

@@ -18,10 +18,11 @@ from pathlib import Path
 from tracerl.orchestration.rounds.round import RoundFailed
 
 
-def evaluate(command: str, checkpoint: Path) -> float:
-    """Run the evaluation command on ``checkpoint``; the reward it printed last."""
-    argv = [arg.replace("{checkpoint}", str(checkpoint)) for arg in shlex.split(command)]
-    done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "TRACERL_CHECKPOINT": str(checkpoint)})
+def evaluate(command: str, checkpoint: Path, policy: str | None = None) -> float:
+    """Run the evaluation command on ``checkpoint`` (of ``policy``, in ``{policy}`` and ``$TRACERL_POLICY``); the reward it printed last."""
+    argv = [arg.replace("{checkpoint}", str(checkpoint)).replace("{policy}", policy or "") for arg in shlex.split(command)]
+    env = {**os.environ, "TRACERL_CHECKPOINT": str(checkpoint), **({"TRACERL_POLICY": policy} if policy else {})}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env)
     lines = done.stdout.strip().splitlines()
     try:
         if done.returncode != 0:
@@ -31,10 +32,10 @@ def evaluate(command: str, checkpoint: Path) -> float:
         raise RoundFailed("failed", f"the eval command {command!r} on {checkpoint} gave no reward on its last line ({exc})") from None
 
 
-def gate(command: str, margin: float, candidate: Path, current: dict) -> dict:
-    """The gate's decision: both scores, the margin, and whether the candidate is held back."""
+def gate(command: str, margin: float, candidate: Path, current: dict, policy: str | None = None) -> dict:
+    """The gate's decision: both scores, the margin, and whether the candidate is held back (``policy``: whose checkpoints)."""
     current_score = current.get("eval_reward")
     if current_score is None:
-        current_score = evaluate(command, Path(current["checkpoint"]))
-    score = evaluate(command, candidate)
+        current_score = evaluate(command, Path(current["checkpoint"]), policy)
+    score = evaluate(command, candidate, policy)
     return {"eval_reward": score, "current_eval_reward": current_score, "margin": margin, "held": score < current_score - margin}

@@ -21,8 +21,12 @@ from tracerl.orchestration.rounds.round import StateFolder, utc_now, publish_eve
 from tracerl.trainer.training.checkpoint import has_weights, read_checkpoint_manifest, write_checkpoint_manifest
 
 
-def rollback(state: Path, version: int, endpoints: tuple[Endpoint, ...]) -> dict[str, Any]:
-    """Publish version ``version``'s checkpoint as the next version and record it; the caller holds the lock."""
+def rollback(state: Path, version: int, endpoints: tuple[Endpoint, ...], policy: str | None = None) -> dict[str, Any]:
+    """Publish version ``version``'s checkpoint as the next version and record it; the caller holds the lock.
+
+    ``policy``: one of several policies (``state`` is its folder): its adapter is published under its
+    name, and the other policies keep serving what they serve.
+    """
     folder = StateFolder(state)
     folder.remove_partials()
     registry = PolicyRegistry(state)
@@ -39,7 +43,7 @@ def rollback(state: Path, version: int, endpoints: tuple[Endpoint, ...]) -> dict
     _link_copy(Path(old["checkpoint"]), target)
     manifest = read_checkpoint_manifest(target) or {}
     write_checkpoint_manifest(target, {**manifest, "policy_version": new, "rollback_of": version})
-    published = publish_everywhere(endpoints, target, new)
+    published = publish_everywhere(endpoints, target, new, policy)
     entry = {"version": new, "kind": "rollback", "parent": version, "checkpoint": str(target), "published": published,
              "recorded_at": utc_now()}
     registry.append(entry)
@@ -48,7 +52,7 @@ def rollback(state: Path, version: int, endpoints: tuple[Endpoint, ...]) -> dict
 
 def _link_copy(source: Path, target: Path) -> None:
     """``target`` as a hard-linked copy of the checkpoint ``source``, appearing whole (replacing a leftover)."""
-    if not (source / "config.json").is_file():
+    if not ((source / "config.json").is_file() or (source / "adapter_config.json").is_file()):
         raise RegistryError(f"{source} (the checkpoint to roll back to) is gone or not a checkpoint: it cannot be served again")
     if not has_weights(source):
         raise RegistryError(

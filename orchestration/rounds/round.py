@@ -68,10 +68,11 @@ class RoundFailed(RuntimeError):
 @dataclass(frozen=True)
 class StateFolder:
     root: Path
+    shared_dataset: Path | None = None  # several policies: each has STATE/NAME, all share STATE/dataset
 
     @property
     def dataset(self) -> Path:
-        return self.root / "dataset"
+        return self.shared_dataset or self.root / "dataset"
 
     def round_dataset(self, version: int) -> Path:
         return self.root / "rounds" / f"v{version:04d}" / "dataset"
@@ -111,8 +112,14 @@ class RoundSummary:
     seconds: dict[str, float] = field(default_factory=dict)  # per phase
     gate: dict[str, Any] | None = None  # the gate's scores and decision, when there is an eval command
 
+    policies: dict[str, dict[str, Any]] | None = None  # several policies: each one's summary
+
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None and v != [] and v != {}}
+
+
+# a round of several policies reports the most serious of their statuses
+_SEVERITY = ("idle", "skipped", "trained", "held", "report_failed", "publish_failed", "failed")
 
 
 def ensure_base(registry: PolicyRegistry, config: RoundConfig) -> dict[str, Any]:
@@ -127,10 +134,59 @@ def ensure_base(registry: PolicyRegistry, config: RoundConfig) -> dict[str, Any]
 
 def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda phase: None,
               should_stop: Callable[[], bool] = lambda: False) -> RoundSummary:
-    """Run (or finish) one round; the caller holds the state folder's lock."""
+    """Run (or finish) one round; the caller holds the state folder's lock.
+
+    With ``config.policies``, the new spans are built once (``STATE/dataset``) and each
+    policy then runs its round in ``STATE/NAME`` on its own rows: its plan, training,
+    publish (its adapter, by its name), registry and metrics. One policy's failure is its
+    own: the others go on, and the summary holds each one's, its status the most serious.
+    """
+    if not config.policies:
+        summary = policy_round(config, StateFolder(config.state), None, on_phase, should_stop)
+        _report(config, StateFolder(config.state), summary, on_phase, should_stop)
+        return summary
     from tracerl.pipeline import build_dataset
 
-    state = StateFolder(config.state)
+    root = StateFolder(config.state)
+    root.remove_partials()
+    summary = RoundSummary(policies={})
+    clock = _PhaseClock(summary, on_phase, should_stop)
+    with clock("build"):
+        build_dataset(config.spans, root.dataset, **_build_options(config))
+    for name in config.policies:
+        try:
+            one = policy_round(config, StateFolder(config.state / name, root.dataset), name, lambda phase: on_phase(f"{name}: {phase}"), should_stop)
+            summary.policies[name] = one.as_dict()
+        except RoundFailed as exc:
+            summary.policies[name] = {"status": exc.status, "reason": str(exc)}
+    summary.status = max((p["status"] for p in summary.policies.values()), key=_SEVERITY.index)
+    summary.version = summary.parent = None
+    _report(config, root, summary, on_phase, should_stop)
+    return summary
+
+
+def _report(config: RoundConfig, state: StateFolder, summary: RoundSummary, on_phase: Callable[[str], None],
+            should_stop: Callable[[], bool]) -> None:
+    """Refresh STATE/report.html after a round that made a version (a failed report is said, not fatal)."""
+    trained = summary.status in ("trained", "held") or any(p["status"] in ("trained", "held") for p in (summary.policies or {}).values())
+    if not (config.report and trained):
+        return
+    clock = _PhaseClock(summary, on_phase, should_stop)
+    with clock("report"):
+        try:
+            from tracerl.pipeline.report import write_report
+
+            runs = None if config.policies else state.metrics  # several policies: metrics.jsonl in each one's folder
+            write_report(config.spans, state.report, runs=runs, options=config.build)
+        except Exception as exc:  # the round is recorded; a report that failed is said, not fatal
+            raise RoundFailed("report_failed", f"round {summary.version} is recorded, but the report failed: {type(exc).__name__}: {exc}") from exc
+
+
+def policy_round(config: RoundConfig, state: StateFolder, policy: str | None, on_phase: Callable[[str], None],
+                 should_stop: Callable[[], bool]) -> RoundSummary:
+    """One policy's round in ``state`` (``policy`` None: the only one, which builds the dataset itself)."""
+    from tracerl.pipeline import build_dataset
+
     state.remove_partials()
     registry = PolicyRegistry(state.root)
     version = ensure_base(registry, config)["version"] + 1
@@ -144,18 +200,19 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
     if plan.exists():
         summary.resumed = "publish" if checkpoint.exists() else "train"
     else:
-        with clock("build"):
-            build_dataset(config.spans, state.dataset, **_build_options(config))
+        with clock("build" if policy is None else "plan"):
+            if policy is None:
+                build_dataset(config.spans, state.dataset, **_build_options(config))
             files = [f for f in transition_files(state.dataset) if f.name not in registry.claimed_files()]
-            episodes = dataset_episodes(files)
+            episodes = dataset_episodes(files, policy)
             if len(episodes) < config.min_episodes:
                 summary.status, summary.version, summary.episodes = "idle", None, len(episodes)
                 summary.reason = (f"{len(episodes)} new episode(s) since version {parent['version']}, "
                                   f"fewer than min_episodes {config.min_episodes}")
                 return summary
             _link_plan(files, state.dataset, plan)
-    episodes = dataset_episodes(transition_files(plan))
-    summary.episodes, summary.transitions = len(episodes), _rows(plan)
+    episodes = dataset_episodes(transition_files(plan), policy)
+    summary.episodes, summary.transitions = len(episodes), _rows(plan, policy)
 
     if not checkpoint.exists():
         from tracerl.trainer.training.dataset import DatasetError, EmptyDatasetError
@@ -166,7 +223,7 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
                 train_checkpoint(
                     plan, Path(parent["checkpoint"]), checkpoint, backend=config.backend, config=config.train,
                     options=config.openrlhf if config.backend == "openrlhf" else None, max_policy_lag=config.max_policy_lag,
-                    version=version, on_saving=lambda: clock.mark("checkpoint"),
+                    version=version, on_saving=lambda: clock.mark("checkpoint"), policy=policy,
                 )
             except EmptyDatasetError as exc:  # no row to train on (too stale, empty responses): never a blocker;
                 # set the files aside, record why, go on
@@ -186,10 +243,10 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
         if config.eval_command:
             from tracerl.orchestration.rounds.gate import gate
 
-            decision = gate(config.eval_command, config.gate_margin, checkpoint, parent)
+            decision = gate(config.eval_command, config.gate_margin, checkpoint, parent, policy)
             summary.gate = decision
         if not (decision and decision["held"]):
-            summary.published = publish_everywhere(config.endpoints, checkpoint, version)
+            summary.published = publish_everywhere(config.endpoints, checkpoint, version, policy)
     with clock("record"):
         registry.append({
             "version": version, "kind": "trained", "parent": parent["version"], "checkpoint": str(checkpoint),
@@ -203,25 +260,17 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
         write_metrics(registry, state.metrics)
         prune_versions(registry, config.keep_checkpoints)
     summary.status = "held" if decision and decision["held"] else "trained"
-    if config.report:
-        with clock("report"):
-            try:
-                from tracerl.pipeline.report import write_report
-
-                write_report(config.spans, state.report, runs=state.metrics, options=config.build)
-            except Exception as exc:  # the round is recorded; a report that failed is said, not fatal
-                raise RoundFailed("report_failed", f"round {version} is recorded, but the report failed: {type(exc).__name__}: {exc}") from exc
     return summary
 
 
-def publish_everywhere(endpoints: tuple[Endpoint, ...], checkpoint: Path, version: int) -> list[dict[str, Any]]:
-    """Publish ``checkpoint`` as ``version`` to every endpoint; what each answered, and when."""
+def publish_everywhere(endpoints: tuple[Endpoint, ...], checkpoint: Path, version: int, policy: str | None = None) -> list[dict[str, Any]]:
+    """Publish ``checkpoint`` as ``version`` to every endpoint (``policy``: as that adapter); what each answered, and when."""
     from tracerl.trainer.publish import PublishError, publish, target_for
 
     published = []
     for endpoint in endpoints:
         try:
-            result = publish(checkpoint, target_for(endpoint.url, endpoint.kind), version)
+            result = publish(checkpoint, target_for(endpoint.url, endpoint.kind, adapter_name=policy), version)
         except PublishError as exc:
             raise RoundFailed("publish_failed", f"version {version} ({checkpoint}) not published: {exc}") from exc
         published.append({"endpoint": endpoint.url, "kind": endpoint.kind, "policy_version": result.policy_version,
@@ -306,8 +355,10 @@ def dataset_episodes(files: list[Path], policy: str | None = None) -> dict[str, 
     return {episode: sorted(v) for episode, v in versions.items()}
 
 
-def _rows(folder: Path) -> int:
-    return sum(pq.ParquetFile(path).metadata.num_rows for path in transition_files(folder))
+def _rows(folder: Path, policy: str | None = None) -> int:
+    if policy is None:
+        return sum(pq.ParquetFile(path).metadata.num_rows for path in transition_files(folder))
+    return sum(pq.read_table(path, columns=["policy_name"]).column("policy_name").to_pylist().count(policy) for path in transition_files(folder))
 
 
 def _link_plan(files: list[Path], dataset: Path, plan: Path) -> None:
