@@ -75,7 +75,9 @@ def _config_from_options(config: Path | None, **options: Any) -> RoundConfig:
         backend, train, openrlhf = training.apply(cfg.backend, cfg.train, cfg.openrlhf)
     except typer.BadParameter as exc:
         raise RoundConfigError(f"{exc.param_hint}: {exc.message}") from None
-    return dataclasses.replace(cfg, backend=backend, train=train, openrlhf=openrlhf)
+    cfg = dataclasses.replace(cfg, backend=backend, train=train, openrlhf=openrlhf)
+    cfg.check_servable()
+    return cfg
 
 
 def one_round(cfg: RoundConfig, should_stop: Any = lambda: False) -> dict[str, Any]:

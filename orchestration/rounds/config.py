@@ -92,16 +92,17 @@ class RoundConfig:
                 raise RoundConfigError(f"endpoint {endpoint.url}: unknown kind {endpoint.kind!r}, use one of {', '.join(sorted(TARGET_KINDS))}")
         if not (self.model / "config.json").is_file():
             raise RoundConfigError(f"model: {self.model} is not a Hugging Face checkpoint (no config.json)")
-        if self.policies:
-            self._check_policies()
-
-    def _check_policies(self) -> None:
         try:
             check_policies(self.policies)
         except PipelineInputError as exc:
             raise RoundConfigError(f"policies: {exc}") from None
-        if self.build.agents:
+        if self.policies and self.build.agents:
             raise RoundConfigError("give [build] agents or [policies], not both: each policy names its agents")
+
+    def check_servable(self) -> None:
+        """With several policies: refuse what cannot serve them (checked once the command line's training options are in)."""
+        if not self.policies:
+            return
         if self.train.lora_rank <= 0:
             raise RoundConfigError("policies are LoRA adapters on one base model: set [train] lora_rank (or --lora-rank)")
         wrong = [e.url for e in self.endpoints if e.kind != VllmLora.kind]

@@ -337,7 +337,8 @@ class _PhaseClock:
 
 
 def _build_options(config: RoundConfig) -> dict[str, Any]:
-    return {f: getattr(config.build, f) for f in config.build.__dataclass_fields__}
+    """``[build]``'s options, with the round's policies (a call is its agent's policy's only where that policy served it)."""
+    return {**{f: getattr(config.build, f) for f in config.build.__dataclass_fields__}, "policies": config.policies}
 
 
 def dataset_episodes(files: list[Path], policy: str | None = None) -> dict[str, list[int]]:

@@ -80,8 +80,9 @@ def test_each_policy_trains_publishes_and_rolls_back_on_its_own(vllm, start_mode
     assert [(line.split()[0], line.split()[1], line.split()[2]) for line in lines[1:]] == [
         ("checker", "0", "base"), ("checker", "1", "trained"),
         ("writer", "0", "base"), ("writer", "1", "trained"), ("writer", "2", "trained"), ("writer", "3", "rollback")]
-    done = subprocess.run([sys.executable, "-m", "tracerl", "policy", "show", "1", "--state", str(state)], capture_output=True, text=True)
-    assert done.returncode == 2 and "holds several policies (checker, writer): add --policy NAME" in " ".join(done.stderr.split())
+    done = subprocess.run([sys.executable, "-m", "tracerl", "policy", "show", "1", "--state", str(state)], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "400"})
+    assert done.returncode == 2 and "holds several policies (checker, writer): add --policy NAME" in done.stderr
 
 
 def test_a_policy_config_that_cannot_be_served_is_refused_at_start(start_model, data_dir, tmp_path):
