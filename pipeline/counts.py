@@ -129,6 +129,8 @@ def stage_counts(
 
 def _unseen_agents(con: duckdb.DuckDBPyConnection, policies: dict[str, tuple[str, ...]]) -> dict[str, list[str]]:
     """Each policy's agents that made no call (a misspelt name, or an agent that has not run yet)."""
+    if not policies:
+        return {}
     seen = {row[0] for row in con.execute("SELECT DISTINCT agent_name FROM llm_calls WHERE agent_name IS NOT NULL").fetchall()}
     return {name: missing for name, agents in policies.items() if (missing := [a for a in agents if a not in seen])}
 

@@ -48,8 +48,11 @@ def parse_policies(specs: list[str] | tuple[str, ...]) -> dict[str, tuple[str, .
     return policies
 
 
-def check_policies(policies: dict[str, tuple[str, ...]]) -> None:
-    """Refuse a policy name that cannot be a model and folder name, and an agent two policies claim."""
+def check_policies(policies: dict[str, tuple[str, ...]], agents: str | None = None) -> None:
+    """Refuse a policy name that cannot be a model and folder name, an agent two policies claim, and
+    policies beside an ``--agents`` selection (each policy names its agents)."""
+    if policies and agents:
+        raise PipelineInputError("give --agents or --policy, not both: each --policy names its agents")
     owner: dict[str, str] = {}
     for name, agents in policies.items():
         if not POLICY_NAME.match(name):
@@ -89,9 +92,7 @@ class BuildOptions:
 
     def __post_init__(self) -> None:
         check_credit(self.credit, self.gamma, self.advantage)
-        check_policies(self.policies)
-        if self.policies and self.agents:
-            raise PipelineInputError("give --agents or --policy, not both: each --policy names its agents")
+        check_policies(self.policies, self.agents)
         unknown = set(self.exports) - set(EXPORTS)
         if unknown:
             raise PipelineInputError(f"unknown export(s) {', '.join(sorted(unknown))}: choose from {', '.join(EXPORTS)}")

@@ -48,11 +48,11 @@ from tracerl.orchestration.loop.recipe import (
 )
 from tracerl.orchestration.loop.warm_start import starting_policy, supervised_samples
 from tracerl.orchestration.rounds.registry import PolicyRegistry
-from tracerl.orchestration.rounds.round import dataset_episodes, utc_now
+from tracerl.orchestration.rounds.round import dataset_episodes, publish_record, utc_now
 from tracerl.pipeline.dataset_folder import transition_files
 from tracerl.pipeline.options import check_policies
 from tracerl.pipeline.source import PipelineInputError
-from tracerl.trainer.publish import BuiltinServer, PublishError, PublishResult, PublishTarget, VllmLora, VllmReload, publish
+from tracerl.trainer.publish import BuiltinServer, PublishError, PublishTarget, VllmLora, VllmReload, publish
 from tracerl.trainer.serving.vllm_process import VllmOptions
 from tracerl.trainer.training.backend import PolicyGradientTrainer, load_trainer
 from tracerl.trainer.training.checkpoint import prune_checkpoints
@@ -230,6 +230,7 @@ class LoopPolicy:
     target: PublishTarget
     folder: Path
     served: Path  # the checkpoint served now: what a failed publish rolls the trainer back to
+    rows: str | None  # the policy_name of its dataset rows (None: the only policy, every row)
     version: int = 0
     replay: list[Sample] = field(default_factory=list)  # with --model --replay, its own best outputs
 
@@ -249,11 +250,9 @@ def check_setup(cfg: LoopConfig, endpoint: PolicyEndpoint | None) -> None:
     if not cfg.policies:
         return
     try:
-        check_policies(cfg.policies)
+        check_policies(cfg.policies, cfg.agents)
     except PipelineInputError as exc:
         raise LoopSetupError(str(exc)) from None
-    if cfg.agents:
-        raise LoopSetupError("give --agents or --policy, not both: each --policy names its agents")
     if not lora:
         raise LoopSetupError("several policies are LoRA adapters on one base model: add --lora-rank R (and --server vllm)")
     if f"{POLICY_MODEL_NAME}-base" in cfg.policies:
@@ -294,11 +293,12 @@ def run_loop(
         for name in names:
             trainer = load_trainer(cfg.backend, start, cfg.train, cfg.openrlhf)
             folder = out / "policy" / name if several else out / "policy"
-            policy = LoopPolicy(name, trainer, served.targets[name], folder, start)
+            policy = LoopPolicy(name, trainer, served.targets[name], folder, start, name if several else None)
             if lora and not endpoint:  # the agents call the adapter: the starting one (untrained LoRA is the base model) first
                 policy.served = trainer.save(folder / "v0")
                 published = publish(policy.served, policy.target, version=0)
-                policy.record({"version": 0, "kind": "base", "parent": None, "checkpoint": str(policy.served), "published": [published_entry(published, policy.target)]})
+                policy.record({"version": 0, "kind": "base", "parent": None, "checkpoint": str(policy.served),
+                               "published": [publish_record(published, served.base_url, policy.target.kind)]})
             else:
                 policy.record({"version": 0, "kind": "base", "parent": None, "checkpoint": str(start), "published": []})
             policies.append(policy)
@@ -337,7 +337,7 @@ def run_loop(
                 fields: dict = {"policy_version": policy.version}
                 if rnd < cfg.rounds:
                     phase(rnd, f"training {policy.name}" if several else "training")
-                    fields.update(train_and_publish(policy, round_dir / "dataset", format_replay, cfg, rnd, several, lambda text: phase(rnd, text)))
+                    fields.update(train_and_publish(policy, round_dir / "dataset", format_replay, cfg, rnd, served.base_url, lambda text: phase(rnd, text)))
                 per_policy[policy.name] = fields
             if several:
                 row["policies"] = per_policy
@@ -353,7 +353,7 @@ def run_loop(
 
 
 def train_and_publish(
-    policy: LoopPolicy, dataset: Path, format_replay: list[Sample], cfg: LoopConfig, rnd: int, several: bool, phase: Callable[[str], None],
+    policy: LoopPolicy, dataset: Path, format_replay: list[Sample], cfg: LoopConfig, rnd: int, endpoint_url: str, phase: Callable[[str], None],
 ) -> dict:
     """One policy's part of a round: train on its rows (and ``replay_samples`` replayed ones: the recipe's
     format turns, or with ``--model --replay`` the policy's own best outputs), save, publish as its next
@@ -365,7 +365,7 @@ def train_and_publish(
     """
     clock = PhaseClock()
     try:
-        samples, skipped = read_dataset(dataset, policy=policy.name if several else None)
+        samples, skipped = read_dataset(dataset, policy=policy.rows)
     except EmptyDatasetError as exc:
         return {"status": "skipped", "reason": str(exc)}
     pool = format_replay + policy.replay  # one of them is empty
@@ -382,7 +382,7 @@ def train_and_publish(
         "train_seconds": stats.seconds, "peak_memory_bytes": stats.peak_memory_bytes, "skipped": skipped,
         "checkpoint_bytes": folder_bytes(checkpoint),
     }
-    phase(f"publishing {policy.name} v{version}" if several else "publishing")
+    phase(f"publishing {policy.name} v{version}" if policy.rows else "publishing")
     try:
         with clock("publish"):
             published = publish(checkpoint, policy.target, version=version)
@@ -394,15 +394,10 @@ def train_and_publish(
         return {**fields, **clock.seconds, "status": "publish_failed", "reason": str(exc), "checkpoint": str(failed)}
     policy.record({
         "version": version, "kind": "trained", "parent": policy.version, "checkpoint": str(checkpoint),
-        "episodes": [{"episode_id": e, "policy_versions": v}
-                     for e, v in sorted(dataset_episodes(transition_files(dataset), policy.name if several else None).items())],
-        "metrics": {k: v for k, v in fields.items() if k not in MACHINE_MEASUREMENTS}, "published": [published_entry(published, policy.target)],
+        "episodes": [{"episode_id": e, "policy_versions": v} for e, v in sorted(dataset_episodes(transition_files(dataset), policy.rows).items())],
+        "metrics": stats.as_dict(), "skipped": skipped, "published": [publish_record(published, endpoint_url, policy.target.kind)],
     })
     policy.version, policy.served = version, checkpoint
     prune_checkpoints(sorted(policy.folder.glob("v*"), key=lambda p: int(p.name[1:])), keep=cfg.keep_checkpoints)
     return {**fields, **clock.seconds, "status": "trained", "published_version": version, "kept_checkpoint_bytes": folder_bytes(policy.folder)}
 
-
-def published_entry(result: PublishResult, target: PublishTarget) -> dict:
-    """What the registry keeps of a publish: where, as which version, how fast, when."""
-    return {"endpoint": result.target, "kind": target.kind, "policy_version": result.policy_version, "seconds": result.seconds, "at": utc_now()}

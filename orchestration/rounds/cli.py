@@ -237,7 +237,7 @@ def list_policies(config: Optional[Path] = _CONFIG, state: Optional[Path] = _STA
     typer.echo(f"{'policy  ' if named else ''}{'version':>7}  {'kind':<8}  {'parent':>6}  {'episodes':>8}  {'loss':>10}  {'weights':<8}  {'recorded':<25}  published")
     for name, entries in tables.items():
         for e in entries:
-            loss = (e.get("metrics") or {}).get("loss", (e.get("metrics") or {}).get("train_loss"))
+            loss = (e.get("metrics") or {}).get("loss")
             where = ", ".join(f"{p['endpoint']} as {p['policy_version']}" for p in e.get("published", [])) or "-"
             weights = "pinned" if e.get("pinned") else ("kept" if e["kind"] == "base" or has_weights(Path(e["checkpoint"])) else "pruned")
             typer.echo(f"{f'{name:<6}  ' if named else ''}{e['version']:>7}  {e['kind']:<8}  {e['parent'] if e['parent'] is not None else '-':>6}  "

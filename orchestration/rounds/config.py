@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracerl.pipeline.options import BuildOptions, check_policies
+from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.trainer.publish import TARGET_KINDS, BuiltinServer, VllmLora
 from tracerl.trainer.training.config import BACKENDS, OpenRLHFOptions, TrainConfig
@@ -76,7 +76,6 @@ class RoundConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     openrlhf: OpenRLHFOptions = field(default_factory=OpenRLHFOptions)
     endpoints: tuple[Endpoint, ...] = ()
-    policies: dict[str, tuple[str, ...]] = field(default_factory=dict)  # {policy: agents}: an adapter each
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -92,12 +91,11 @@ class RoundConfig:
                 raise RoundConfigError(f"endpoint {endpoint.url}: unknown kind {endpoint.kind!r}, use one of {', '.join(sorted(TARGET_KINDS))}")
         if not (self.model / "config.json").is_file():
             raise RoundConfigError(f"model: {self.model} is not a Hugging Face checkpoint (no config.json)")
-        try:
-            check_policies(self.policies)
-        except PipelineInputError as exc:
-            raise RoundConfigError(f"policies: {exc}") from None
-        if self.policies and self.build.agents:
-            raise RoundConfigError("give [build] agents or [policies], not both: each policy names its agents")
+
+    @property
+    def policies(self) -> dict[str, tuple[str, ...]]:
+        """{policy: agents} (``[policies]``, ``--policy``): an adapter each. The build selects by them, so they live in ``build``."""
+        return self.build.policies
 
     def check_servable(self) -> None:
         """With several policies: refuse what cannot serve them (checked once the command line's training options are in)."""
@@ -132,19 +130,20 @@ def load_config(path: Path | None, **overrides: Any) -> RoundConfig:
             raise RoundConfigError(f"{path} is not valid TOML: {exc}") from None
         base = Path(path).resolve().parent
     where = str(path) if path else "the command line"
-    unknown = set(data) - _TOP - set(_SECTIONS) - {"endpoint"}
+    unknown = set(data) - _TOP - set(_SECTIONS) - {"endpoint", "policies"}
     if unknown:
-        raise RoundConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_TOP | set(_SECTIONS) | {'endpoint'}))}")
+        known = _TOP | set(_SECTIONS) | {"endpoint", "policies"}
+        raise RoundConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
     build = dict(data.get("build", {}))
-    for key in ("splits", "agents"):
+    if "policies" in data:
+        build["policies"] = _policies(where, data["policies"])
+    for key in ("splits", "agents", "policies"):
         if overrides.get(key) is not None:
             build[key] = overrides.pop(key)
         overrides.pop(key, None)
     sections = {name: _section(where, name, cls, build if name == "build" else data.get(name, {})) for name, cls in _SECTIONS.items()}
     endpoints = overrides.pop("endpoints", None) or [_endpoint(where, e) for e in data.get("endpoint", [])]
     top = _absolute({k: v for k, v in data.items() if k in _TOP}, base)
-    if "policies" in top:
-        top["policies"] = _policies(where, top["policies"])
     top.update(_absolute({k: v for k, v in overrides.items() if v is not None}, Path.cwd()))
     missing = [k for k in ("spans", "state", "model") if k not in top]
     if missing:

@@ -48,6 +48,7 @@ from tracerl.schemas import attributes as A
 from tracerl.storage import fsync_dir
 from tracerl.orchestration.rounds.config import Endpoint, RoundConfig
 from tracerl.orchestration.rounds.registry import PolicyRegistry
+from tracerl.trainer.publish import PublishResult
 from tracerl.trainer.training.checkpoint import prune_checkpoints, read_checkpoint_manifest
 
 PHASES = ("build", "train", "checkpoint", "publish", "record", "report")
@@ -160,7 +161,6 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
         except RoundFailed as exc:
             summary.policies[name] = {"status": exc.status, "reason": str(exc)}
     summary.status = max((p["status"] for p in summary.policies.values()), key=_SEVERITY.index)
-    summary.version = summary.parent = None
     _report(config, root, summary, on_phase, should_stop)
     return summary
 
@@ -273,9 +273,13 @@ def publish_everywhere(endpoints: tuple[Endpoint, ...], checkpoint: Path, versio
             result = publish(checkpoint, target_for(endpoint.url, endpoint.kind, adapter_name=policy), version)
         except PublishError as exc:
             raise RoundFailed("publish_failed", f"version {version} ({checkpoint}) not published: {exc}") from exc
-        published.append({"endpoint": endpoint.url, "kind": endpoint.kind, "policy_version": result.policy_version,
-                          "seconds": round(result.seconds, 3), "at": utc_now()})
+        published.append(publish_record(result, endpoint.url, endpoint.kind))
     return published
+
+
+def publish_record(result: PublishResult, url: str, kind: str) -> dict[str, Any]:
+    """What the registry keeps of one publish: where, as which version, how fast, when."""
+    return {"endpoint": url, "kind": kind, "policy_version": result.policy_version, "seconds": round(result.seconds, 3), "at": utc_now()}
 
 
 def prune_versions(registry: PolicyRegistry, keep: int) -> list[Path]:
@@ -337,8 +341,7 @@ class _PhaseClock:
 
 
 def _build_options(config: RoundConfig) -> dict[str, Any]:
-    """``[build]``'s options, with the round's policies (a call is its agent's policy's only where that policy served it)."""
-    return {**{f: getattr(config.build, f) for f in config.build.__dataclass_fields__}, "policies": config.policies}
+    return {f: getattr(config.build, f) for f in config.build.__dataclass_fields__}
 
 
 def dataset_episodes(files: list[Path], policy: str | None = None) -> dict[str, list[int]]:
