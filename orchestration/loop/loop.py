@@ -202,6 +202,11 @@ def folder_bytes(folder: Path) -> int:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.exists() else 0
 
 
+def checkpoints_bytes(folder: Path) -> int:
+    """Bytes of the checkpoints kept under a policy's folder: its subfolders, not the registry beside them (its timestamps vary in length, and a seed must reproduce the row)."""
+    return sum(folder_bytes(child) for child in folder.iterdir() if child.is_dir())
+
+
 class PhaseClock:
     """Seconds per phase of a round, as the row's ``<phase>_seconds`` fields."""
 
@@ -399,5 +404,5 @@ def train_and_publish(
     })
     policy.version, policy.served = version, checkpoint
     prune_checkpoints(sorted(policy.folder.glob("v*"), key=lambda p: int(p.name[1:])), keep=cfg.keep_checkpoints)
-    return {**fields, **clock.seconds, "status": "trained", "published_version": version, "kept_checkpoint_bytes": folder_bytes(policy.folder)}
+    return {**fields, **clock.seconds, "status": "trained", "published_version": version, "kept_checkpoint_bytes": checkpoints_bytes(policy.folder)}
 
