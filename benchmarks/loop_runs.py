@@ -55,7 +55,8 @@ def _run_one(reference: str, variant: Variant, seed: int, rounds: int | None, ou
     started = time.time()
     rows = run_loop(recipe, cfg)
     return {"variant": variant.name, "seed": seed, "seconds": round(time.time() - started, 1),
-            "held_out": [r["eval_mean_reward"] for r in rows], "train": [r["train_mean_reward"] for r in rows]}
+            "held_out": [r["eval_mean_reward"] for r in rows], "train": [r["train_mean_reward"] for r in rows],
+            "round_seconds": [r["seconds"] for r in rows], "rollout_seconds": [r["rollout_seconds"] for r in rows]}
 
 
 def run_all(reference: str, variants: list[Variant], seeds: list[int], out: Path, rounds: int | None, parallel: int) -> list[dict]:

@@ -70,3 +70,8 @@ def serve(
 def main() -> None:
     """Console-script entry point (`collector ...` equals `tracerl collector ...`)."""
     app()
+
+
+def register(root: typer.Typer) -> None:
+    """Add `tracerl collector` to the root CLI."""
+    root.add_typer(app, name="collector", help="OTLP receiver writing durable Parquet.")

@@ -8,8 +8,7 @@ the ``tracerl`` CLI and the OTel entry points stay quick to load.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tracerl.lazy import lazy_attributes
 
 _PUBLIC = {
     "Episode": "tracerl.instrumentation.episodes",
@@ -20,10 +19,4 @@ _PUBLIC = {
     "instrument": "tracerl.instrumentation.setup",
 }
 __all__ = sorted(_PUBLIC)
-
-
-def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tracerl.instrumentation' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_attributes(__name__, _PUBLIC)

@@ -50,6 +50,11 @@ def gateway(
     data_dir: Optional[str] = typer.Option(None, "--data-dir", "-d", help="Where spans land (default $TRACERL_DATA_DIR or ./tracerl-data)."),
 ) -> None:
     """Record every LLM call of agents that cannot be instrumented: point them at this proxy."""
+    from tracerl.extras import missing_message
+
+    if message := missing_message("collector", "`tracerl gateway`"):
+        typer.secho(f"tracerl: {message}", fg="red", err=True)
+        raise typer.Exit(2)
     import httpx
     import uvicorn
 

@@ -249,6 +249,8 @@ def register_report(root: typer.Typer) -> None:
         console.print(f"report: {written}")
 
 
-def main() -> None:
-    """Console-script entry point (`pipeline ...` equals `tracerl pipeline ...`)."""
-    app()
+def register(root: typer.Typer) -> None:
+    """Add `tracerl pipeline`, `tracerl sql` and `tracerl report` to the root CLI."""
+    root.add_typer(app, name="pipeline", help="Spans -> episodes -> training transitions.")
+    register_sql(root)
+    register_report(root)

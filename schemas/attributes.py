@@ -1,4 +1,4 @@
-"""Attribute names of the tracerl contract (DESIGN.md, "Attribute contract").
+"""Attribute names of the tracerl contract (ARCHITECTURE.md, "Names", lists them with their meaning).
 
 Every part imports names from here, so a rename is one edit and a typo is an
 ``AttributeError`` instead of a silently empty column.

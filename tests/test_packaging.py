@@ -19,3 +19,23 @@ def test_every_folder_with_an_init_is_a_listed_package():
             found.add(".".join([package, *relative.parts]))
     assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
     assert listed - found == set(), "listed packages without a folder"
+
+
+def test_every_module_an_extra_names_is_installed_by_the_full_install():
+    from tracerl.extras import EXTRAS, missing_modules
+
+    assert {extra: missing_modules(extra) for extra in EXTRAS} == {extra: [] for extra in EXTRAS}
+
+
+def test_a_part_whose_extra_is_missing_keeps_its_commands_and_says_what_to_install(monkeypatch):
+    from typer.testing import CliRunner
+
+    from tracerl import cli, extras
+
+    monkeypatch.setitem(extras.EXTRAS, "pipeline", (*extras.EXTRAS["pipeline"], "tracerl_no_such_module"))
+    app = cli.build_app()
+    result = CliRunner().invoke(app, ["report", "data", "--out", "r.html"])
+    assert result.exit_code == 2
+    assert "`tracerl report` needs the 'pipeline' extra (tracerl_no_such_module not installed): pip install 'tracerl[pipeline]'" in result.output
+    assert "needs the 'pipeline' extra" in CliRunner().invoke(app, ["--help"]).output
+    assert CliRunner().invoke(app, ["run", "--help"]).exit_code == 0  # the core's commands are all there

@@ -8,15 +8,9 @@ imported lazily so ``import tracerl`` stays cheap for the CLI.
 
 from __future__ import annotations
 
-from typing import Any
+from tracerl.lazy import lazy_attributes
 
 __version__ = "0.1.0"
-__all__ = ["instrument", "episode", "emit_reward", "agent", "episode_base_url", "__version__"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in ("instrument", "episode", "emit_reward", "agent", "episode_base_url"):
-        from tracerl import instrumentation
-
-        return getattr(instrumentation, name)
-    raise AttributeError(f"module 'tracerl' has no attribute {name!r}")
+_PUBLIC = {name: "tracerl.instrumentation" for name in ("instrument", "episode", "emit_reward", "agent", "episode_base_url")}
+__all__ = [*_PUBLIC, "__version__"]
+__getattr__ = lazy_attributes(__name__, _PUBLIC)

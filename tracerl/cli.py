@@ -1,43 +1,90 @@
-"""The ``tracerl`` command: one group per part, each defined next to its code."""
+"""The ``tracerl`` command: one group per part, each defined next to its code.
+
+A part whose extra is not installed (``pip install tracerl`` is capture only) keeps its
+commands in ``--help``; calling one says which extra to install instead of failing on an
+import. Parts are imported only when their extra is there.
+"""
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import typer
 
 from tracerl import __version__
-from tracerl.collector.cli import app as collector_app
-from tracerl.instrumentation.cli import register as register_instrumentation
-from tracerl.pipeline.cli import app as pipeline_app
-from tracerl.pipeline.cli import register_report, register_sql
-from tracerl.orchestration.demo.recipe import DEMO
-from tracerl.orchestration.loop.cli import loop_command
-from tracerl.orchestration.rounds.cli import register as register_rounds
-from tracerl.trainer.serving.cli import register as register_serve
-from tracerl.trainer.training.cli import register as register_train
+from tracerl.extras import missing_message
 
-app = typer.Typer(
-    name="tracerl",
-    help="Train any LLM agent with reinforcement learning from its OpenTelemetry traces.",
-    no_args_is_help=True,
-    add_completion=False,
+
+@dataclass(frozen=True)
+class Part:
+    commands: tuple[str, ...]  # what ``register`` adds to the root app
+    extra: str | None  # the install extra it needs (None: the core)
+    register: Callable[[typer.Typer], None]
+
+
+def _module(name: str):
+    return importlib.import_module(f"tracerl.{name}")
+
+
+def _register_training(app: typer.Typer) -> None:
+    train_group = _module("trainer.training.cli").register(app)  # train
+    _module("orchestration.rounds.cli").register(app, train_group)  # train run, train loop, policy
+
+
+def _register_demo(app: typer.Typer) -> None:
+    recipe = _module("orchestration.demo.recipe").DEMO
+    app.command("demo")(_module("orchestration.loop.cli").loop_command(recipe))  # the local loop on the built-in calculator agent
+
+
+PARTS = (
+    Part(("run", "gateway"), None, lambda app: _module("instrumentation.cli").register(app)),
+    Part(("collector",), "collector", lambda app: _module("collector.cli").register(app)),
+    Part(("pipeline", "sql", "report"), "pipeline", lambda app: _module("pipeline.cli").register(app)),
+    Part(("serve",), "train", lambda app: _module("trainer.serving.cli").register(app)),
+    Part(("train", "policy"), "train", _register_training),
+    Part(("demo",), "train", _register_demo),
 )
-app.add_typer(pipeline_app, name="pipeline", help="Spans -> episodes -> training transitions.")
-app.add_typer(collector_app, name="collector", help="OTLP receiver writing durable Parquet.")
-register_instrumentation(app)  # run, gateway
-register_serve(app)  # serve
-train_app = register_train(app)  # train
-register_rounds(app, train_app)  # train run, train loop, policy
-app.command("demo")(loop_command(DEMO))  # the local loop on the built-in calculator agent
-register_sql(app)  # sql
-register_report(app)  # report
+
+UNAVAILABLE = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
-@app.command()
-def version() -> None:
-    """Print the tracerl version."""
-    typer.echo(__version__)
+def _unavailable(app: typer.Typer, name: str, message: str) -> None:
+    """``tracerl NAME ...`` that says what to install (any arguments accepted, none read)."""
+
+    def unavailable(ctx: typer.Context) -> None:
+        typer.echo(f"tracerl: {message}", err=True)
+        raise typer.Exit(2)
+
+    help_text = message.split(" needs ", 1)[1].split(" (", 1)[0]
+    app.command(name, context_settings=UNAVAILABLE, add_help_option=False, help=f"(not installed: needs {help_text})")(unavailable)
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        name="tracerl",
+        help="Train any LLM agent with reinforcement learning from its OpenTelemetry traces.",
+        no_args_is_help=True,
+        add_completion=False,
+    )
+    for part in PARTS:
+        if part.extra and missing_message(part.extra, "it"):
+            for name in part.commands:
+                _unavailable(app, name, missing_message(part.extra, f"`tracerl {name}`"))
+        else:
+            part.register(app)
+
+    @app.command()
+    def version() -> None:
+        """Print the tracerl version."""
+        typer.echo(__version__)
+
+    return app
+
+
+app = build_app()
 
 
 def launcher_argument(argv: list[str]) -> list[str]:
@@ -56,3 +103,11 @@ def launcher_argument(argv: list[str]) -> list[str]:
 
 def main() -> None:
     app(args=launcher_argument(sys.argv[1:]))
+
+
+def pipeline_main() -> None:
+    """The ``pipeline`` console script: ``pipeline ...`` equals ``tracerl pipeline ...``."""
+    message = missing_message("pipeline", "`pipeline`")
+    if message:
+        sys.exit(f"pipeline: {message}")
+    _module("pipeline.cli").app()
