@@ -39,3 +39,19 @@ def test_a_part_whose_extra_is_missing_keeps_its_commands_and_says_what_to_insta
     assert "`tracerl report` needs the 'pipeline' extra (tracerl_no_such_module not installed): pip install 'tracerl[pipeline]'" in result.output
     assert "needs the 'pipeline' extra" in CliRunner().invoke(app, ["--help"]).output
     assert CliRunner().invoke(app, ["run", "--help"]).exit_code == 0  # the core's commands are all there
+
+
+def test_a_part_that_fails_to_import_for_a_module_its_extra_brings_says_what_to_install(monkeypatch):
+    """An environment holding some of an extra's packages (another tool brought them) gets the same message."""
+    from typer.testing import CliRunner
+
+    from tracerl import cli
+
+    def register_with_a_missing_module(app):
+        raise ModuleNotFoundError("No module named 'httptools'", name="httptools")
+
+    parts = tuple(cli.Part(p.commands, p.extra, register_with_a_missing_module) if p.extra == "collector" else p for p in cli.PARTS)
+    monkeypatch.setattr(cli, "PARTS", parts)
+    result = CliRunner().invoke(cli.build_app(), ["collector", "serve", "--out", "d"])
+    assert result.exit_code == 2
+    assert "(httptools not installed): pip install 'tracerl[collector]'" in result.output

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import typer
 
 from tracerl import __version__
-from tracerl.extras import missing_message
+from tracerl.extras import missing_message, missing_modules
 
 
 @dataclass(frozen=True)
@@ -70,11 +70,17 @@ def build_app() -> typer.Typer:
         add_completion=False,
     )
     for part in PARTS:
-        if part.extra and missing_message(part.extra, "it"):
-            for name in part.commands:
-                _unavailable(app, name, missing_message(part.extra, f"`tracerl {name}`"))
-        else:
-            part.register(app)
+        missing = missing_modules(part.extra) if part.extra else []
+        if not missing:
+            try:
+                part.register(app)
+                continue
+            except ModuleNotFoundError as exc:  # an environment holding part of an extra
+                if not part.extra or (exc.name or "tracerl").startswith("tracerl"):
+                    raise
+                missing = [exc.name]
+        for name in part.commands:
+            _unavailable(app, name, missing_message(part.extra, f"`tracerl {name}`", missing))
 
     @app.command()
     def version() -> None:

@@ -33,9 +33,12 @@ def _importable(name: str) -> bool:
         return False
 
 
-def missing_message(extra: str, what: str) -> str | None:
-    """What to install for ``what`` (a command), or ``None`` when ``extra`` is installed."""
-    missing = missing_modules(extra)
+def missing_message(extra: str, what: str, missing: list[str] | None = None) -> str | None:
+    """What to install for ``what`` (a command), or ``None`` when ``extra`` is installed.
+
+    ``missing`` gives the modules found missing another way (an import that failed).
+    """
+    missing = missing_modules(extra) if missing is None else missing
     if not missing:
         return None
     return f"{what} needs the {extra!r} extra ({', '.join(missing)} not installed): pip install 'tracerl[{extra}]'"
