@@ -95,7 +95,7 @@ def free(device) -> None:
 
 
 def check_backend(backend: str, folder: Path, samples, reference, args: argparse.Namespace, device) -> dict:
-    from tracerl.trainer.training.backend import load_trainer
+    from tracerl.trainer.training.backends import load_trainer
     from tracerl.trainer.training.config import OpenRLHFOptions, TrainConfig
 
     config = TrainConfig(

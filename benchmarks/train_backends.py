@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def worker(args: argparse.Namespace) -> None:
     """One configuration, in this process (or this rank): prints one JSON line on rank 0."""
-    from tracerl.trainer.training.backend import load_trainer
+    from tracerl.trainer.training.backends import load_trainer
     from tracerl.trainer.training.config import OpenRLHFOptions, TrainConfig
     from tracerl.trainer.training.device import end_process_group
     from tracerl_testing.training_workload import random_round

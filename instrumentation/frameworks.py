@@ -10,8 +10,11 @@ when the agent's code imports the framework itself.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from wrapt import register_post_import_hook
 
@@ -23,8 +26,13 @@ logger = logging.getLogger(__name__)
 _installed = False
 
 
-def install() -> None:
-    """Register the post-import hooks of every supported framework (idempotent)."""
+def install(hook_provider: Callable[[Any], None]) -> None:
+    """Register the post-import hooks of every supported framework (idempotent).
+
+    ``hook_provider`` gives a tracer provider that a framework makes itself (agentops) tracerl's
+    processor and hooks: :func:`tracerl.instrumentation.setup.install_hooks`, passed in so that
+    this module, which setup imports, does not import setup back.
+    """
     global _installed
     if _installed:
         return
@@ -34,7 +42,7 @@ def install() -> None:
     for module in httpx_hook.HTTPX_MODULES:  # LiteLLM's own client, hand-written agents
         register_post_import_hook(httpx_hook.wrap, module)
     register_post_import_hook(_hook_openai_agents, "agents")
-    register_post_import_hook(_hook_agentops, "agentops.sdk.core")
+    register_post_import_hook(functools.partial(_hook_agentops, hook_provider=hook_provider), "agentops.sdk.core")
     register_post_import_hook(_hook_agentops_exporter, "agentops.sdk.exporters")
 
 
@@ -88,7 +96,7 @@ def _hook_openai_agents(module) -> None:
 # ---- agentops ---------------------------------------------------------------------------
 
 
-def _hook_agentops(module) -> None:
+def _hook_agentops(module, hook_provider: Callable[[Any], None]) -> None:
     """agentops runs its own tracer provider and exporter (``AGENTOPS_EXPORTER_ENDPOINT``,
     which can point at a tracerl collector) and wraps the OpenAI client itself. Its
     provider gets tracerl's processor, for episodes, agent names and the token hook
@@ -97,9 +105,7 @@ def _hook_agentops(module) -> None:
 
     def setup_telemetry(wrapped, instance, args, kwargs):
         provider, meter_provider = wrapped(*args, **kwargs)
-        from tracerl.instrumentation.setup import install_hooks
-
-        install_hooks(provider)
+        hook_provider(provider)
         return provider, meter_provider
 
     wrap_function_wrapper(module, "setup_telemetry", setup_telemetry)

@@ -50,7 +50,7 @@ def install_hooks(provider: Any) -> None:
             type(provider).__name__,
         )
     openai_hook.install()
-    frameworks.install()
+    frameworks.install(install_hooks)
     run_summary.register()
     _propagate_process_episode(current)
 

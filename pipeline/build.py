@@ -178,6 +178,4 @@ def build_dataset(
         "outputs": {"files": [os.path.basename(p) for p in paths], "exports": exported},
     }
     manifest["warnings"] = warnings(manifest["inputs"], counts, opts)
-    manifest = dataset_folder.write_manifest(out_dir, manifest)
-    dataset_folder.migrate(out_dir)
-    return manifest
+    return dataset_folder.write_manifest(out_dir, manifest)

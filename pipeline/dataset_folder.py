@@ -17,8 +17,7 @@ manifest is a dot-file. ``tests/pipeline/test_dataset_folder.py`` checks all thr
 
 The watermark of incremental builds is the dataset itself: an episode is processed once
 its transitions are in ``transitions-*.parquet``, so there is no state to keep in step
-with the files (an earlier version kept it in ``OUT/state/``; :func:`migrate` removes that
-layout, and a folder in it keeps its watermark because its transitions carry it).
+with the files.
 """
 
 from __future__ import annotations
@@ -39,9 +38,6 @@ from tracerl.schemas import DATASET_SCHEMA
 from tracerl.schemas import attributes as A
 
 MANIFEST = A.DATASET_MANIFEST_FILE
-# the layout of tracerl <= 0.1.0: manifest.json, state/episodes-*.parquet and exports inside OUT
-_LEGACY_MANIFEST = "manifest.json"
-_LEGACY_STATE = "state"
 
 
 def transition_files(out: str | os.PathLike) -> list[Path]:
@@ -94,22 +90,8 @@ def register_processed(con: duckdb.DuckDBPyConnection, out: Path | None, increme
     return con.execute("SELECT count(*) FROM processed").fetchall()[0][0]
 
 
-def _legacy_manifest(out: Path) -> dict[str, Any] | None:
-    """The manifest of a folder in the old layout, if ``out`` is one (its watermark names its state folder)."""
-    try:
-        manifest = json.loads((out / _LEGACY_MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(manifest, dict) or (manifest.get("watermark") or {}).get("state") != _LEGACY_STATE:
-        return None
-    return manifest
-
-
 def _previous_exports(out: Path) -> list[Path]:
     """The export folders the last build of ``out`` wrote, as its manifest lists them."""
-    legacy = _legacy_manifest(out)
-    if legacy is not None:
-        return [out / e["folder"] for e in legacy.get("outputs", {}).get("exports", {}).values()]
     try:
         manifest = read_manifest(out)
     except (OSError, ValueError):
@@ -126,19 +108,3 @@ def clear_previous(out: Path, previous: set[Path]) -> None:
         if folder.is_dir():
             shutil.rmtree(folder)
 
-
-def migrate(out: Path) -> None:
-    """Bring a folder written in the old layout to this one: its state folder, manifest and in-folder exports go.
-
-    Called after a build has written its own manifest; the transitions stay, and with
-    them the watermark.
-    """
-    legacy = _legacy_manifest(out)
-    if legacy is None:
-        return
-    for export in legacy.get("outputs", {}).get("exports", {}).values():
-        if (out / export["folder"]).is_dir():
-            shutil.rmtree(out / export["folder"])
-    if (out / _LEGACY_STATE).is_dir():
-        shutil.rmtree(out / _LEGACY_STATE)
-    (out / _LEGACY_MANIFEST).unlink()

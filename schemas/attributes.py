@@ -66,10 +66,6 @@ LLM_OPERATIONS = (GEN_AI_CHAT, "completion", GEN_AI_TEXT_COMPLETION, "generate_c
 # in any process, carries them (see tracerl.instrumentation).
 BAGGAGE_KEYS = (EPISODE_ID, TASK_ID, SPLIT, AGENT_NAME)
 
-# Token-id attributes are the bulk of a span; they live in promoted columns of the
-# spans table and are not repeated in its lossless attribute JSON.
-TOKEN_ATTRIBUTES = (PROMPT_TOKEN_IDS, COMPLETION_TOKEN_IDS, COMPLETION_LOGPROBS)
-
 # Response fields of vLLM (and of tracerl's own server) that carry exact tokens, and the
 # request field that asks for them.
 VLLM_RETURN_TOKEN_IDS_FIELD = "return_token_ids"  # request: true adds the two fields below
@@ -171,7 +167,6 @@ OPENINFERENCE_OUTPUT_VALUE = "output.value"
 AGENTOPS_SPAN_KIND = "agentops.span.kind"  # llm, tool, agent...
 AGENTOPS_REQUEST_TYPE = "gen_ai.request.type"  # agentops' older layout of OPENLLMETRY_REQUEST_TYPE
 AGENTOPS_AGENT_KIND = "agent"  # the AGENTOPS_SPAN_KIND of an @agent span; its OPERATION_NAME is the agent's name
-AGENTOPS_SESSION_KIND = "session"  # the root span of an agentops trace
 AGENTOPS_OPERATION_NAME = "operation.name"
 AGENTOPS_TASK_OUTPUT = "agentops.task.output"  # JSON text of an @operation/@task's return value
 AGENTOPS_ENTITY_OUTPUT = "agentops.entity.output"  # the same, in older agentops

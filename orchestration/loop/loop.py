@@ -9,7 +9,7 @@ Each round:
 2. the pipeline turns that round's spans into transitions (one per LLM call), with the
    configured credit assignment, automatic intermediate rewards and agent selection;
 3. the configured backend (``--backend torch|openrlhf``, the trainer ``tracerl train``
-   uses, :func:`~tracerl.trainer.training.backend.load_trainer`) takes clipped
+   uses, :func:`~tracerl.trainer.training.backends.load_trainer`) takes clipped
    policy-gradient steps on them, plus a few replayed supervised samples (with the tiny
    model, the recipe's format turns, so that training one sub-agent's calls does not wear
    down another's format; with ``--model`` and ``--replay``, the policy's own best-rewarded
@@ -54,7 +54,8 @@ from tracerl.pipeline.options import check_policies
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.trainer.publish import BuiltinServer, PublishError, PublishTarget, VllmLora, VllmReload, publish
 from tracerl.trainer.serving.vllm_process import VllmOptions
-from tracerl.trainer.training.backend import PolicyGradientTrainer, load_trainer
+from tracerl.trainer.training.backend import PolicyGradientTrainer
+from tracerl.trainer.training.backends import load_trainer
 from tracerl.trainer.training.checkpoint import prune_checkpoints
 from tracerl.trainer.training.dataset import EmptyDatasetError, Sample, read_dataset
 from tracerl.trainer.training.model_folder import PolicyFolder, inspect_policy_folder

@@ -83,7 +83,8 @@ def _config_from_options(config: Path | None, **options: Any) -> RoundConfig:
 def one_round(cfg: RoundConfig, should_stop: Any = lambda: False) -> dict[str, Any]:
     """Run one round under the lock; its summary, whatever happened (never raises but for RoundStopped)."""
     from tracerl.orchestration.rounds.lock import RoundLocked, round_lock
-    from tracerl.orchestration.rounds.round import RoundFailed, RoundStopped, run_round
+    from tracerl.orchestration.rounds.errors import RoundFailed, RoundStopped
+    from tracerl.orchestration.rounds.round import run_round
 
     try:
         # stdout is the JSON line alone: what libraries print there (DeepSpeed's logger binds
@@ -140,7 +141,7 @@ def parse_period(text: str) -> float:
 
 def loop(every: str, **options: Any) -> None:
     """`train run` every period, one JSON line per round; SIGTERM or Ctrl-C stops it between phases (exit 0)."""
-    from tracerl.orchestration.rounds.round import RoundStopped
+    from tracerl.orchestration.rounds.errors import RoundStopped
 
     period = parse_period(every)
     try:
@@ -294,7 +295,7 @@ def rollback_policy(
     from tracerl.orchestration.rounds.lock import RoundLocked, round_lock
     from tracerl.orchestration.rounds.registry import RegistryError
     from tracerl.orchestration.rounds.rollback import rollback
-    from tracerl.orchestration.rounds.round import RoundFailed
+    from tracerl.orchestration.rounds.errors import RoundFailed
 
     folder = _state_of(config, state, policy)
     endpoints = tuple(Endpoint(url, endpoint_kind) for url in endpoint) or (load_config(config).endpoints if config else ())

@@ -15,7 +15,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from tracerl.orchestration.rounds.round import RoundFailed
+from tracerl.orchestration.rounds.errors import RoundFailed
 
 
 def evaluate(command: str, checkpoint: Path, policy: str | None = None) -> float:

@@ -47,23 +47,11 @@ from tracerl.pipeline.dataset_folder import MANIFEST, transition_files
 from tracerl.schemas import attributes as A
 from tracerl.storage import fsync_dir
 from tracerl.orchestration.rounds.config import Endpoint, RoundConfig
+from tracerl.orchestration.rounds.errors import RoundFailed, RoundStopped
+from tracerl.orchestration.rounds.gate import gate
 from tracerl.orchestration.rounds.registry import PolicyRegistry
 from tracerl.trainer.publish import PublishResult
 from tracerl.trainer.training.checkpoint import prune_checkpoints, read_checkpoint_manifest
-
-PHASES = ("build", "train", "checkpoint", "publish", "record", "report")
-
-
-class RoundStopped(Exception):
-    """Asked to stop (SIGTERM to ``tracerl train loop``) between two phases; the next run continues."""
-
-
-class RoundFailed(RuntimeError):
-    """A phase failed; ``status`` is the summary's status for it."""
-
-    def __init__(self, status: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass(frozen=True)
@@ -241,8 +229,6 @@ def policy_round(config: RoundConfig, state: StateFolder, policy: str | None, on
     with clock("publish"):
         decision = None
         if config.eval_command:
-            from tracerl.orchestration.rounds.gate import gate
-
             decision = gate(config.eval_command, config.gate_margin, checkpoint, parent, policy)
             summary.gate = decision
         if not (decision and decision["held"]):

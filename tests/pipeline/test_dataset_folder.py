@@ -1,14 +1,10 @@
 """The dataset folder holds only the dataset: a glob over it reads transitions, whichever reader globs.
 
-Also the watermark of incremental builds (the episodes already in the transitions), and a
-folder written in the old layout (state/ and manifest.json inside OUT) brought to this one.
+Also the watermark of incremental builds (the episodes already in the transitions).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 from pathlib import Path
 
 import datasets
@@ -18,10 +14,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from tracerl.pipeline import build_dataset, dataset_table, read_manifest
+from tracerl.pipeline import build_dataset, dataset_table
 from tracerl.pipeline.dataset_folder import MANIFEST, export_folder, transition_files
 from tracerl.schemas import DATASET_SCHEMA
-from tracerl.storage import write_parquet_atomic
 from tracerl_testing.span_builders import chat_episode, write_spans
 
 
@@ -88,29 +83,3 @@ def test_incremental_runs_process_only_new_complete_episodes(data_dir, tmp_path)
     assert third["counts"]["rows_written"] == 0 and len(transition_files(out)) == 2
     assert third["watermark"]["episodes_processed"] == 3
 
-
-def _as_written_by_the_old_layout(out: Path) -> None:
-    """Turn a dataset folder into what tracerl 0.1.0 wrote: manifest.json, state/ and an hf/ export inside it."""
-    manifest = read_manifest(out)
-    manifest["watermark"]["state"] = "state"
-    manifest["outputs"]["exports"] = {"hf": {"folder": "hf", "rows_by_split": {"train": 3}}}
-    (out / "manifest.json").write_text(json.dumps(manifest))
-    os.remove(out / MANIFEST)
-    episodes = pa.concat_tables(pq.read_table(f, columns=["episode_id"]) for f in transition_files(out))
-    write_parquet_atomic(episodes.group_by("episode_id").aggregate([]), out / "state", prefix="episodes")
-    (out / "hf" / "data").mkdir(parents=True)
-    shutil.copy(transition_files(out)[0], out / "hf" / "data" / "train-0.parquet")
-
-
-def test_an_old_layout_folder_keeps_its_watermark_and_holds_only_the_dataset_after_a_build(data_dir, tmp_path):
-    out = tmp_path / "out"
-    write_spans(data_dir, chat_episode("e1"))
-    build_dataset(data_dir, out, incremental=True)
-    _as_written_by_the_old_layout(out)
-    write_spans(data_dir, chat_episode("e2", reward=0.0))
-    manifest = build_dataset(data_dir, out, incremental=True)
-    assert manifest["counts"]["episodes"]["already_processed"] == 1  # e1 was not built again
-    assert sorted(dataset_table(out).column("episode_id").to_pylist()) == ["e1"] * 3 + ["e2"] * 3
-    assert sorted(p.name for p in out.iterdir() if not p.name.startswith("transitions-")) == [MANIFEST]
-    expected = (6, DATASET_SCHEMA.names)
-    assert _read_by_every_reader(out, tmp_path / "cache") == {"duckdb": expected, "pyarrow": expected, "datasets": expected}

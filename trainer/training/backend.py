@@ -7,7 +7,7 @@ OpenRLHF's model loading and DeepSpeed's ZeRO, on one or many processes. Both in
 :class:`PolicyGradientTrainer`, so they share everything that defines *what* is learned:
 the sample order and layout (:mod:`batch`), the log-probs (:mod:`logprobs`), the objective
 (:mod:`objective`) and the metrics. A backend only says how to run a forward pass, a backward
-pass and an optimizer step, and how to save. :func:`load_trainer` is the one way callers
+pass and an optimizer step, and how to save. :func:`~tracerl.trainer.training.backends.load_trainer` is the one way callers
 (``tracerl train``, scheduled rounds, the local loop) get one.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from tracerl.trainer.training.batch import collate, minibatch_order, response_columns, response_span, served_logprob_gap
-from tracerl.trainer.training.config import OpenRLHFOptions, TrainConfig, default_learning_rate
+from tracerl.trainer.training.config import TrainConfig, default_learning_rate
 from tracerl.trainer.training.dataset import Sample
 from tracerl.trainer.training.device import peak_memory_bytes
 from tracerl.trainer.training.logprobs import token_logprobs
@@ -229,23 +229,3 @@ class PolicyGradientTrainer(ABC):
             loss_sum += float(loss.detach())
             processed += int(data["attention"].sum())
         return sums, loss_sum, reference_sum, processed
-
-
-def load_trainer(
-    backend: str, model_path: str | os.PathLike, config: TrainConfig | None = None, options: OpenRLHFOptions | None = None
-) -> PolicyGradientTrainer:
-    """The trainer of ``backend`` ("torch" or "openrlhf") on ``model_path``: every caller gets one here."""
-    config = config or TrainConfig()
-    if backend == "openrlhf":
-        from tracerl.trainer.training.openrlhf_backend import OpenRLHFTrainer
-
-        return OpenRLHFTrainer(model_path, config, options or OpenRLHFOptions())
-    if backend == "torch":
-        if options is not None and (options.reference_model or options.zero_stage != OpenRLHFOptions.zero_stage):
-            raise ValueError("--ref-model and --zero-stage are options of --backend openrlhf")
-        from tracerl.trainer.training.torch_backend import PolicyTrainer
-
-        return PolicyTrainer(model_path, config)
-    from tracerl.trainer.training.config import BACKENDS
-
-    raise ValueError(f"unknown backend {backend!r}: use {' or '.join(BACKENDS)}")

@@ -14,7 +14,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tracerl.trainer.training.backend import TrainMetrics, load_trainer
+from tracerl.trainer.training.backend import TrainMetrics
+from tracerl.trainer.training.backends import load_trainer
 from tracerl.trainer.training.config import OpenRLHFOptions, TrainConfig
 
 console = Console(stderr=True)
