@@ -1,8 +1,10 @@
 """GenAI attributes of an LLM-call span, from the request and response bodies.
 
 Used where tracerl makes the LLM-call span itself (the in-process hook when OpenLLMetry
-is not the span maker, and the gateway). Messages are kept as one JSON attribute in
-OpenAI's own shape (``role``, ``content``, ``tool_calls``), which the pipeline reads.
+is not the span maker, and the gateway). The names and shapes are the OpenTelemetry GenAI
+conventions' (messages as JSON attributes with typed parts: :mod:`genai_messages`);
+``gen_ai.system``, which ``gen_ai.provider.name`` replaced, is written too until
+``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`` says the reader needs only the latest.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from typing import Any
 
 import orjson
 
+from tracerl.instrumentation import genai_messages
 from tracerl.instrumentation.answer_stream import StreamTokens
+from tracerl.instrumentation.settings import settings
 from tracerl.schemas import attributes as A
 
 _REQUEST_PARAMS = {
@@ -35,9 +39,11 @@ def _json(value: Any) -> str:
 def request_attributes(kind: str, body: dict, content: bool) -> dict[str, Any]:
     attributes: dict[str, Any] = {
         A.GEN_AI_OPERATION: operation(kind),
-        A.GEN_AI_SYSTEM: "openai",
+        A.GEN_AI_PROVIDER_NAME: A.GEN_AI_PROVIDER_OPENAI,
         A.GEN_AI_IS_STREAMING: bool(body.get("stream")),
     }
+    if not settings().genai_latest_only:
+        attributes[A.GEN_AI_SYSTEM] = A.GEN_AI_PROVIDER_OPENAI
     if body.get("model") is not None:
         attributes[A.GEN_AI_REQUEST_MODEL] = str(body["model"])
     for field, key in _REQUEST_PARAMS.items():
@@ -45,10 +51,9 @@ def request_attributes(kind: str, body: dict, content: bool) -> dict[str, Any]:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             attributes[key] = value
     if content:
-        messages = body.get("messages") if kind == "chat" else [{"role": "user", "content": body.get("prompt")}]
-        attributes[A.GEN_AI_INPUT_MESSAGES] = _json(messages)
-        if body.get("tools"):
-            attributes[A.GEN_AI_TOOL_DEFINITIONS] = _json(body["tools"])
+        attributes[A.GEN_AI_INPUT_MESSAGES] = _json(genai_messages.input_messages(kind, body))
+        if isinstance(body.get("tools"), list) and body["tools"]:
+            attributes[A.GEN_AI_TOOL_DEFINITIONS] = _json(genai_messages.tool_definitions(body["tools"]))
     return attributes
 
 
@@ -68,10 +73,8 @@ def response_attributes(kind: str, answer: dict, content: bool) -> dict[str, Any
     if isinstance(usage.get("completion_tokens"), int):
         attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] = usage["completion_tokens"]
     if content:
-        if kind == "chat":
-            outputs = [c.get("message") for c in choices]
-        else:
-            outputs = [{"role": "assistant", "content": c.get("text")} for c in choices]
+        outputs = [genai_messages.output_message(c.get("message") if kind == "chat" else {"content": c.get("text")}, c.get("finish_reason"))
+                   for c in choices if isinstance(c, dict)]
         attributes[A.GEN_AI_OUTPUT_MESSAGES] = _json(outputs)
     return attributes
 
@@ -92,8 +95,6 @@ def stream_attributes(stream: StreamTokens, content: bool) -> dict[str, Any]:
         answer["choices"] = [{"finish_reason": stream.finish_reason}]
     attributes = response_attributes("chat", answer, content=False)
     if content:
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(stream.text)}
-        if stream.tool_calls:
-            message["tool_calls"] = list(stream.tool_calls.values())
-        attributes[A.GEN_AI_OUTPUT_MESSAGES] = _json([message])
+        message: dict[str, Any] = {"content": "".join(stream.text), "tool_calls": list(stream.tool_calls.values())}
+        attributes[A.GEN_AI_OUTPUT_MESSAGES] = _json([genai_messages.output_message(message, stream.finish_reason)])
     return attributes

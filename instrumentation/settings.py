@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracerl.schemas import attributes as A
+
 DATA_DIR_ENV = "TRACERL_DATA_DIR"
 TOKEN_ENCODING_ENV = "TRACERL_TOKEN_ENCODING"  # array | packed
 TOKEN_CAPTURE_ENV = "TRACERL_TOKEN_CAPTURE"  # auto | on | off
@@ -111,6 +113,9 @@ class Settings:
     agent_name: str | None
     llm_spans: str
     openai_agents_api: str  # sdk (its own default, left alone) | chat_completions | responses
+    # OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental: the deprecated GenAI names
+    # (gen_ai.system) are no longer written beside their successors
+    genai_latest_only: bool = False
 
     @property
     def spans_dir(self) -> Path:
@@ -154,4 +159,5 @@ def settings() -> Settings:
         agent_name=env(AGENT_NAME_ENV) or None,
         llm_spans=_choice(LLM_SPANS_ENV, "tracerl", ("tracerl", "openllmetry")),
         openai_agents_api=_choice(OPENAI_AGENTS_API_ENV, SDK_DEFAULT, (SDK_DEFAULT, "chat_completions", "responses")),
+        genai_latest_only=A.SEMCONV_GEN_AI_LATEST in [v.strip() for v in (env(A.SEMCONV_STABILITY_OPT_IN_ENV) or "").split(",")],
     )

@@ -89,12 +89,24 @@ def messages_json(attributes_json: str | None, layout: ContentLayout) -> tuple[s
 
 
 def _text(parts: Any) -> str:
+    """The text of a message's ``content`` or GenAI ``parts``: text parts, and a tool result's response."""
     if isinstance(parts, str):
         return parts
     if isinstance(parts, list):
-        return "".join(_text(p.get("content", "") if isinstance(p, dict) else p) for p in parts
-                       if not isinstance(p, dict) or p.get(A.GEN_AI_PART_TYPE, "text") == "text")
+        return "".join(_part_text(p) for p in parts)
     return "" if parts is None else str(parts)
+
+
+def _part_text(part: Any) -> str:
+    if not isinstance(part, dict):
+        return _text(part)
+    kind = part.get(A.GEN_AI_PART_TYPE, A.GEN_AI_TEXT_PART)
+    if kind == A.GEN_AI_TEXT_PART:
+        return _text(part.get("content", ""))
+    if kind == A.GEN_AI_TOOL_CALL_RESPONSE_PART:
+        response = part.get("response", "")
+        return response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
+    return ""
 
 
 def chat_messages(messages_json_text: str | None) -> list[dict[str, str]]:

@@ -35,11 +35,18 @@ GEN_AI_RESPONSE_ID = "gen_ai.response.id"
 GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
 GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
 # GEN_AI_INPUT/OUTPUT_MESSAGES hold JSON: [{"role", "parts": [{"type": "text", "content"} |
-# {"type": "tool_call", "id", "name", "arguments"}]}]
+# {"type": "tool_call", "id", "name", "arguments"} | {"type": "tool_call_response", "id", "response"}],
+# "finish_reason" (output messages)}]; GEN_AI_TOOL_DEFINITIONS [{"type": "function", "name", "description", "parameters"}]
 GEN_AI_MESSAGE_PARTS = "parts"
 GEN_AI_PART_TYPE = "type"
+GEN_AI_TEXT_PART = "text"  # the type of a text part; its text is in "content"
 GEN_AI_TOOL_CALL_PART = "tool_call"  # the type of a part that is a tool call
 GEN_AI_TOOL_CALL_ARGUMENTS = "arguments"  # field of a tool_call part (a JSON string)
+GEN_AI_TOOL_CALL_RESPONSE_PART = "tool_call_response"  # a tool's result sent back to the model; its text is in "response"
+GEN_AI_PROVIDER_OPENAI = "openai"  # gen_ai.provider.name of every OpenAI-compatible API tracerl captures
+# OTel's switch between conventions: with this value in it, only the latest GenAI names are written
+SEMCONV_STABILITY_OPT_IN_ENV = "OTEL_SEMCONV_STABILITY_OPT_IN"
+SEMCONV_GEN_AI_LATEST = "gen_ai_latest_experimental"
 GEN_AI_TOOL_NAME = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"  # of an execute_tool span: the id of the LLM's tool call it runs
 GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"

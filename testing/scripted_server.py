@@ -38,7 +38,7 @@ class Reply:
 
     text: str = ""
     tool_name: str | None = None
-    tool_arguments: dict[str, Any] = field(default_factory=dict)
+    tool_arguments: dict[str, Any] | str = field(default_factory=dict)  # a str is sent as written (malformed JSON, say)
 
 
 Responder = Callable[[dict], Reply]
@@ -149,7 +149,7 @@ class ScriptedServer:
 
     @staticmethod
     def _tool_calls(reply: Reply) -> list[dict]:
-        args = json.dumps(reply.tool_arguments)
+        args = reply.tool_arguments if isinstance(reply.tool_arguments, str) else json.dumps(reply.tool_arguments)
         call = {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function", "function": {"name": reply.tool_name, "arguments": args}}
         return [call]
 

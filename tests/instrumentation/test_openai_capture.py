@@ -174,7 +174,7 @@ def test_the_span_is_finished_off_the_calling_thread_yet_records_the_call_as_it_
     messages[0]["content"] = "changed after the call"
 
     (span,) = llm_spans(spans)
-    assert json.loads(span.attributes[A.GEN_AI_INPUT_MESSAGES]) == [{"role": "user", "content": "What is 2+2?"}]
+    assert json.loads(span.attributes[A.GEN_AI_INPUT_MESSAGES]) == [{"role": "user", "parts": [{"type": "text", "content": "What is 2+2?"}]}]
     assert started <= span.start_time <= span.end_time <= returned  # the call's own times, not the finisher's
     assert made_on == ["tracerl-span-finisher"]
     assert_tokens_match(span, server.calls[0])

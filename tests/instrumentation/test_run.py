@@ -67,11 +67,18 @@ def test_tracerls_own_llm_spans_describe_the_call(captured, server):
     assert (first["name"], first["scope_name"], first["kind"]) == ("chat m", "tracerl", "CLIENT")
     attrs = json.loads(first["attributes"])
     assert attrs[A.GEN_AI_RESPONSE_FINISH_REASONS] == ["tool_calls"]
-    assert json.loads(attrs[A.GEN_AI_INPUT_MESSAGES]) == [{"role": "user", "content": "2+2?"}]
-    assert json.loads(attrs[A.GEN_AI_OUTPUT_MESSAGES])[0]["tool_calls"][0]["function"]["name"] == "calc"
-    assert json.loads(attrs[A.GEN_AI_TOOL_DEFINITIONS])[0]["function"]["name"] == "calc"
+    assert (attrs[A.GEN_AI_PROVIDER_NAME], attrs[A.GEN_AI_SYSTEM], attrs[A.GEN_AI_OPERATION]) == ("openai", "openai", "chat")
+    # messages and tools in the GenAI conventions' shapes: typed parts, flat tool definitions
+    assert json.loads(attrs[A.GEN_AI_INPUT_MESSAGES]) == [{"role": "user", "parts": [{"type": "text", "content": "2+2?"}]}]
+    [output] = json.loads(attrs[A.GEN_AI_OUTPUT_MESSAGES])
+    [call] = output["parts"]
+    assert (output["role"], output["finish_reason"], call["type"], call["name"]) == ("assistant", "tool_calls", "tool_call", "calc")
+    assert isinstance(call["arguments"], str)  # the JSON text the model wrote, kept as written
+    assert json.loads(attrs[A.GEN_AI_TOOL_DEFINITIONS]) == [
+        {"type": "function", "name": "calc", "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}}}]
     assert attrs[A.GEN_AI_USAGE_OUTPUT_TOKENS] == len(server.calls[0].token_ids)
-    assert json.loads(json.loads(second["attributes"])[A.GEN_AI_INPUT_MESSAGES])[-1]["role"] == "tool"
+    tool_result = json.loads(json.loads(second["attributes"])[A.GEN_AI_INPUT_MESSAGES])[-1]
+    assert tool_result == {"role": "tool", "parts": [{"type": "tool_call_response", "id": call["id"], "response": "4"}]}
     assert second["response_id"].startswith("chatcmpl-")
 
 

@@ -60,8 +60,8 @@ def llm_calls(round_dir: Path) -> list[dict]:
 def expression_of(call: dict) -> str:
     """The expression the model wrote, as the agent received it (the server's parsed tool call)."""
     (message,) = json.loads(json.loads(call["attributes"])[A.GEN_AI_OUTPUT_MESSAGES])
-    (tool_call,) = message["tool_calls"]
-    return json.loads(tool_call["function"]["arguments"])["expression"]
+    (tool_call,) = [part for part in message["parts"] if part["type"] == "tool_call"]
+    return json.loads(tool_call["arguments"])["expression"]
 
 
 def test_one_round_runs_the_tool_scores_its_result_and_penalises_refused_expressions(one_round):

@@ -104,7 +104,7 @@ def test_the_warm_start_is_taught_on_the_prompts_the_agent_sends(one_round, sear
         searches: list[tuple[str, str]] = []
         for call in calls:
             # the tiny model's chat template shows no tool list, a real model's does: compare it as sent
-            assert json.loads(json.loads(call["attributes"])[A.GEN_AI_TOOL_DEFINITIONS]) == tools
+            assert json.loads(json.loads(call["attributes"])[A.GEN_AI_TOOL_DEFINITIONS]) == [{"type": "function", **t["function"]} for t in tools]
             expected = supervised_samples(tokenizer, [FormatExample(rag.after_searches(task["question"], searches), "", tools)])
             assert call["prompt_token_ids"] == expected[0].prompt_token_ids
             compared += 1

@@ -12,6 +12,7 @@ import pytest
 from examples.sql import task as sql
 from examples.sql.agent import sql_db_query
 from examples.sql.recipe import RECIPE
+from tracerl.pipeline.messages import chat_messages
 from tracerl.schemas import attributes as A
 from tracerl.orchestration.loop.config import LoopConfig
 from tracerl.orchestration.loop.loop import run_loop
@@ -98,7 +99,7 @@ def test_warm_start_prompts_are_the_prompts_the_agent_sends(one_round, rejecting
             assert sample.prompt_token_ids == call["prompt_token_ids"], call["agent_name"]
             checked.add(call["agent_name"])
             if call["agent_name"] != "checker":
-                answer = json.loads(json.loads(call["attributes"])[A.GEN_AI_OUTPUT_MESSAGES])[0]["content"]
+                answer = chat_messages(json.loads(call["attributes"])[A.GEN_AI_OUTPUT_MESSAGES])[0]["content"]
                 query = sql.clean_query(answer)
                 result = sql_db_query.invoke({"query": query, "db_path": task.db_path})
     assert checked == {"writer", "checker", "rewriter"}
