@@ -35,7 +35,8 @@ class ContentLayout:
     """How one convention records the input and output messages of an LLM call.
 
     ``flattened=False``: ``input``/``output`` are attributes holding the messages as JSON
-    and ``tool_call_arguments`` is a JSONPath into the output JSON.
+    and ``tool_call_arguments`` is a JSONPath into the output JSON; with ``event`` set, they
+    are attributes of the span's event of that name instead of the span's own.
     ``flattened=True``: ``input``/``output`` are key prefixes; message ``i`` has its fields
     under ``{prefix}.{i}.`` (``{prefix}.{i}.{message}.`` when ``message`` is set), its tool
     call ``j`` under ``…{tool_calls}.{j}.``, with the call's id, name and arguments at
@@ -52,6 +53,7 @@ class ContentLayout:
     tool_calls: str = ""
     tool_call_id: str = ""
     tool_call_name: str = ""
+    event: str = ""
 
     def tool_call_arguments_key(self) -> str:
         """Regex (RE2 and Python) of the attribute keys that hold an output tool call's arguments."""
@@ -66,6 +68,11 @@ CONTENT_LAYOUTS: tuple[ContentLayout, ...] = (
     ContentLayout(
         name="gen_ai.messages", convention="OpenTelemetry GenAI (1.37+)",
         input=A.GEN_AI_INPUT_MESSAGES, output=A.GEN_AI_OUTPUT_MESSAGES, flattened=False,
+        tool_call_arguments=f"$[*].{A.GEN_AI_MESSAGE_PARTS}[*].{A.GEN_AI_TOOL_CALL_ARGUMENTS}",
+    ),
+    ContentLayout(
+        name="gen_ai.event", convention="OpenTelemetry GenAI, content as the operation-details event",
+        input=A.GEN_AI_INPUT_MESSAGES, output=A.GEN_AI_OUTPUT_MESSAGES, flattened=False, event=A.GEN_AI_OPERATION_DETAILS_EVENT,
         tool_call_arguments=f"$[*].{A.GEN_AI_MESSAGE_PARTS}[*].{A.GEN_AI_TOOL_CALL_ARGUMENTS}",
     ),
     ContentLayout(

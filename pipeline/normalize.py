@@ -40,7 +40,7 @@ EXTRACTED = {
 # read in the same parse but not kept as columns: reward fallbacks, and the message
 # attributes of JSON content layouts (only tested for presence: text stays in the files)
 _REWARD_KEYS = (A.REWARD_VALUE, A.REWARD_NAME)
-_MESSAGE_KEYS = tuple(key for layout in CONTENT_LAYOUTS if not layout.flattened for key in (layout.input, layout.output))
+_MESSAGE_KEYS = tuple(key for layout in CONTENT_LAYOUTS if not (layout.flattened or layout.event) for key in (layout.input, layout.output))
 # ... and what other conventions than tracerl's own put in the attributes (pipeline/layouts.py)
 _FOREIGN_KEYS = tuple(dict.fromkeys([
     *(layout.completion_token_ids for layout in TOKEN_LAYOUTS),
@@ -55,6 +55,8 @@ def _content_layout_sql(at: dict[str, str]) -> str:
     for layout in CONTENT_LAYOUTS:
         if layout.flattened:  # a key such as "gen_ai.prompt.0.role" in the attribute JSON
             test = " OR ".join(f"contains(attributes, {sql_str(chr(34) + p + '.')})" for p in (layout.input, layout.output))
+        elif layout.event:  # the event's name in the span's event JSON
+            test = f"contains(coalesce(events, ''), {sql_str(chr(34) + layout.event + chr(34))})"
         else:
             test = " OR ".join(f"{at[key]} IS NOT NULL" for key in (layout.input, layout.output))
         whens.append(f"WHEN {test} THEN {sql_str(layout.name)}")
@@ -101,6 +103,8 @@ def _tool_call_arguments_sql() -> str:
     """Body of the macro ``tool_call_arguments(a)``: the arguments of every output tool call, in any layout."""
     parts = []
     for layout in CONTENT_LAYOUTS:
+        if layout.event:  # the macro reads a span's attributes; an event layout's are the event's
+            continue
         if layout.flattened:
             keys = f"list_filter(json_keys(a), lambda k: regexp_matches(k, {sql_str(layout.tool_call_arguments_key())}))"
             parts.append(f"CASE WHEN contains(a, {sql_str('.' + layout.tool_calls + '.')}) "

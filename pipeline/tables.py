@@ -98,8 +98,8 @@ RELATIONS: tuple[Relation, ...] = (
     Relation("chosen", "table", "credit", ("writer", "counts", "doctor", "sql"), _CHOSEN,
              "the calls that become transitions (token ids present), with reward, return, advantage and the "
              "file/row of their span"),
-    Relation("writer_part", "view", "writer", ("writer",), ("content_layout", "attributes"),
-             "the attributes of the rows being written, to read JSON messages in DuckDB (registered Arrow)",
+    Relation("writer_part", "view", "writer", ("writer",), ("content_layout", "attributes", "events"),
+             "the attributes and events of the rows being written, to read JSON messages in DuckDB (registered Arrow)",
              scratch=True),
     Relation("transitions", "view", "sql", (), tuple(DATASET_SCHEMA.names),
              "`tracerl sql` only: the dataset's rows, or before a build the chosen calls in the dataset's columns"),

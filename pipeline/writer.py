@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracerl.pipeline.layouts import CONTENT_LAYOUTS, TOKEN_LAYOUTS, tokens_sql
+from tracerl.pipeline.layouts import CONTENT_LAYOUTS, TOKEN_LAYOUTS, ContentLayout, tokens_sql
 from tracerl.pipeline.location import Location
 from tracerl.pipeline.messages import messages_json
 from tracerl.pipeline.source import SpanFiles
@@ -32,11 +32,11 @@ from tracerl.storage import write_parquet_atomic
 FILE_ROWS = 131_072
 # token lists do not repeat: trying a dictionary for them costs time and space
 _WRITE_OPTIONS = {"use_dictionary": ["episode_id", "task_id", "split", "agent_name", "trace_id"], "write_statistics": ["episode_id", "step"]}
-_SPAN_COLUMNS = ("prompt_token_ids", "completion_token_ids", "completion_logprobs", "attributes")
+_SPAN_COLUMNS = ("prompt_token_ids", "completion_token_ids", "completion_logprobs", "attributes", "events")
 _RENAMED = {"completion_token_ids": "response_token_ids", "completion_logprobs": "response_logprobs"}
 _SPAN_TYPES = {
     "prompt_token_ids": pa.list_(pa.int32()), "completion_token_ids": pa.list_(pa.int32()),
-    "completion_logprobs": pa.list_(pa.float32()), "attributes": pa.string(),
+    "completion_logprobs": pa.list_(pa.float32()), "attributes": pa.string(), "events": pa.string(),
 }
 
 
@@ -50,18 +50,25 @@ def _ones_like_lists(lists: pa.ListArray) -> pa.ListArray:
 def _messages(con: duckdb.DuckDBPyConnection, part: pa.Table) -> tuple[pa.Array, pa.Array]:
     """Input and output message JSON of each row, read as its content layout says.
 
-    JSON layouts are read by DuckDB (the text is copied as is); flattened layouts are
-    nested back into message lists by :func:`tracerl.pipeline.messages.messages_json`.
+    JSON layouts are read by DuckDB (the text is copied as is), from the span's attributes or
+    its event's; flattened layouts are nested back into message lists by
+    :func:`tracerl.pipeline.messages.messages_json`.
     """
     json_layouts = [layout for layout in CONTENT_LAYOUTS if not layout.flattened]
 
+    def source(layout: ContentLayout) -> str:
+        if not layout.event:
+            return "attributes"
+        named = f"list_filter(json_extract(events, '$[*]'), lambda e: json_extract_string(e, '$.name') = '{layout.event}')"
+        return f"json_extract({named}[1], '$.attributes')"
+
     def pick(side: str) -> str:
         whens = " ".join(
-            f"WHEN '{layout.name}' THEN json_extract_string(attributes, '$.\"{getattr(layout, side)}\"')" for layout in json_layouts
+            f"WHEN '{layout.name}' THEN json_extract_string({source(layout)}, '$.\"{getattr(layout, side)}\"')" for layout in json_layouts
         )
         return f"CASE content_layout {whens} END"
 
-    con.register("writer_part", part.select(["content_layout", "attributes"]))
+    con.register("writer_part", part.select(["content_layout", "attributes", "events"]))
     try:
         found = con.sql(f"SELECT {pick('input')} AS i, {pick('output')} AS o FROM writer_part").to_arrow_table()
     finally:

@@ -53,6 +53,8 @@ GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
 GEN_AI_TOOL_CALL_ARGUMENTS_ATTRIBUTE = "gen_ai.tool.call.arguments"  # of an execute_tool span (not a part's field)
 GEN_AI_TOOL_DEFINITIONS = "gen_ai.tool.definitions"
 GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+# the span event that carries a call's content as attributes (instrumentations whose content goes to events)
+GEN_AI_OPERATION_DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 GEN_AI_REQUEST_TEMPERATURE = "gen_ai.request.temperature"
 GEN_AI_REQUEST_TOP_P = "gen_ai.request.top_p"
 GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"

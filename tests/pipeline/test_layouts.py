@@ -35,6 +35,21 @@ def test_flattened_openllmetry_layout_gives_messages_and_tool_calls(data_dir, tm
     assert manifest["counts"]["spans"]["content_layouts"] == {"openllmetry": 1}
 
 
+def test_content_in_the_operation_details_event_gives_messages(data_dir, tmp_path):
+    """Instrumentations that keep content off the span's attributes put it on its GenAI event."""
+    inputs = [{"role": "user", "parts": [{"type": "text", "content": "2+2?"}]}]
+    outputs = [{"role": "assistant", "parts": [{"type": "text", "content": "4"}], "finish_reason": "stop"}]
+    details = {"name": A.GEN_AI_OPERATION_DETAILS_EVENT, "time_unix_nano": 9,
+               "attributes": {A.GEN_AI_INPUT_MESSAGES: json.dumps(inputs), A.GEN_AI_OUTPUT_MESSAGES: json.dumps(outputs)}}
+    other = {"name": "gen_ai.other", "time_unix_nano": 8, "attributes": {A.GEN_AI_INPUT_MESSAGES: "not these"}}
+    call = _raw_call("e1", "c1", 1, 10, {A.GEN_AI_OPERATION: "chat", A.GEN_AI_PROVIDER_NAME: "openai"}, events=[other, details])
+    write_spans(data_dir, [episode_span("e1", 0, 50, task="t"), call, reward_span("e1", "r", 20, 1.0)])
+    manifest = build_dataset(data_dir, tmp_path / "out")
+    [row] = dataset_table(tmp_path / "out").to_pylist()
+    assert (json.loads(row["input_messages"]), json.loads(row["output_messages"])) == (inputs, outputs)
+    assert manifest["counts"]["spans"]["content_layouts"] == {"gen_ai.event": 1}
+
+
 def test_openinference_layout_gives_messages_and_tool_calls(data_dir, tmp_path):
     attrs = {
         "openinference.span.kind": "LLM",
