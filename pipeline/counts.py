@@ -52,7 +52,15 @@ def stage_counts(
     if failed:
         skipped_calls["failed"] = failed
     return {
-        "files": {"read": len(files.files), "rejected": len(files.rejected), "reward_files": len(files.reward_files)},
+        "files": {"read": len(files.files), "rejected": len(files.rejected), "reward_files": len(files.reward_files),
+                  "log_files": len(files.log_files)},
+        # OTLP log records carrying GenAI message content (pipeline/log_content.py)
+        "logs": {
+            "content_records": one("SELECT count(*) FROM log_records"),
+            "spans_with_content": one("SELECT count(*) FROM log_content"),
+            "without_span": one("SELECT count(*) FROM log_records WHERE span_id IS NULL OR trace_id IS NULL"),
+            "span_missing": one("SELECT count(*) FROM log_content WHERE (trace_id, span_id) NOT IN (SELECT (trace_id, span_id) FROM span_meta)"),
+        },
         "spans": {
             "rows": one("SELECT count(*) FROM raw_spans"),
             "distinct": one("SELECT count(*) FROM span_meta"),
@@ -177,6 +185,12 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any], options: BuildOptions) -
     seen = ", ".join(a for a in c["llm_calls"]["by_agent"] if a != "(none)") or "none"
     for name, missing in (c["llm_calls"].get("policy_agents_unseen") or {}).items():
         notes.append(f"--policy {name} names agent(s) no call has: {', '.join(missing)} (agent names seen: {seen})")
+    logs = c.get("logs") or {}
+    if logs.get("without_span"):
+        notes.append(f"{logs['without_span']} log record(s) with message content name no span (emitted outside a span?): their content is not used")
+    if logs.get("span_missing"):
+        notes.append(f"{logs['span_missing']} span(s) have message log records but are not in the spans read "
+                     "(span files missing, rejected or not yet written): their content waits for them")
     unrecognised = c["spans"].get("unrecognised_llm_requests")
     if unrecognised:
         notes.append(

@@ -36,7 +36,8 @@ class ContentLayout:
 
     ``flattened=False``: ``input``/``output`` are attributes holding the messages as JSON
     and ``tool_call_arguments`` is a JSONPath into the output JSON; with ``event`` set, they
-    are attributes of the span's event of that name instead of the span's own.
+    are attributes of the span's event of that name instead of the span's own; with ``logs``,
+    the messages come from OTLP log records of the span (the ``log_content`` table).
     ``flattened=True``: ``input``/``output`` are key prefixes; message ``i`` has its fields
     under ``{prefix}.{i}.`` (``{prefix}.{i}.{message}.`` when ``message`` is set), its tool
     call ``j`` under ``…{tool_calls}.{j}.``, with the call's id, name and arguments at
@@ -54,6 +55,7 @@ class ContentLayout:
     tool_call_id: str = ""
     tool_call_name: str = ""
     event: str = ""
+    logs: bool = False
 
     def tool_call_arguments_key(self) -> str:
         """Regex (RE2 and Python) of the attribute keys that hold an output tool call's arguments."""
@@ -87,6 +89,12 @@ CONTENT_LAYOUTS: tuple[ContentLayout, ...] = (
         message=A.OPENINFERENCE_MESSAGE, tool_calls=A.OPENINFERENCE_MESSAGE_TOOL_CALLS,
         tool_call_id=A.OPENINFERENCE_TOOL_CALL_ID, tool_call_name=A.OPENINFERENCE_TOOL_CALL_NAME,
         tool_call_arguments=A.OPENINFERENCE_TOOL_CALL_ARGUMENTS,
+    ),
+    # last: content on the span itself wins over log records of it
+    ContentLayout(
+        name="gen_ai.log", convention="OpenTelemetry GenAI, content as log records (the operation-details event, "
+        "or the per-message events before 1.37)", input=A.GEN_AI_INPUT_MESSAGES, output=A.GEN_AI_OUTPUT_MESSAGES,
+        flattened=False, logs=True, tool_call_arguments="",
     ),
 )
 

@@ -40,7 +40,8 @@ EXTRACTED = {
 # read in the same parse but not kept as columns: reward fallbacks, and the message
 # attributes of JSON content layouts (only tested for presence: text stays in the files)
 _REWARD_KEYS = (A.REWARD_VALUE, A.REWARD_NAME)
-_MESSAGE_KEYS = tuple(key for layout in CONTENT_LAYOUTS if not (layout.flattened or layout.event) for key in (layout.input, layout.output))
+_MESSAGE_KEYS = tuple(key for layout in CONTENT_LAYOUTS if not (layout.flattened or layout.event or layout.logs)
+                      for key in (layout.input, layout.output))
 # ... and what other conventions than tracerl's own put in the attributes (pipeline/layouts.py)
 _FOREIGN_KEYS = tuple(dict.fromkeys([
     *(layout.completion_token_ids for layout in TOKEN_LAYOUTS),
@@ -57,6 +58,8 @@ def _content_layout_sql(at: dict[str, str]) -> str:
             test = " OR ".join(f"contains(attributes, {sql_str(chr(34) + p + '.')})" for p in (layout.input, layout.output))
         elif layout.event:  # the event's name in the span's event JSON
             test = f"contains(coalesce(events, ''), {sql_str(chr(34) + layout.event + chr(34))})"
+        elif layout.logs:  # log records of the span hold its messages (pipeline/log_content.py)
+            test = "has_log_content"
         else:
             test = " OR ".join(f"{at[key]} IS NOT NULL" for key in (layout.input, layout.output))
         whens.append(f"WHEN {test} THEN {sql_str(layout.name)}")
@@ -103,7 +106,7 @@ def _tool_call_arguments_sql() -> str:
     """Body of the macro ``tool_call_arguments(a)``: the arguments of every output tool call, in any layout."""
     parts = []
     for layout in CONTENT_LAYOUTS:
-        if layout.event:  # the macro reads a span's attributes; an event layout's are the event's
+        if layout.event or layout.logs:  # the macro reads a span's attributes; these layouts keep messages elsewhere
             continue
         if layout.flattened:
             keys = f"list_filter(json_keys(a), lambda k: regexp_matches(k, {sql_str(layout.tool_call_arguments_key())}))"
@@ -148,6 +151,7 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
                CASE WHEN events LIKE '%"{A.REWARD_EVENT_NAME}"%' THEN events END AS reward_events,
                file_index, file_row
         FROM (SELECT *, json_extract_string(attributes, {paths}) AS x FROM raw_spans)
+        LEFT JOIN (SELECT trace_id, span_id, true AS has_log_content FROM log_content) USING (trace_id, span_id)
         """
     )
     duplicates = con.execute(

@@ -38,11 +38,12 @@ class SpanFiles:
     files: list[str] = field(default_factory=list)
     rejected: list[dict[str, str]] = field(default_factory=list)
     reward_files: list[str] = field(default_factory=list)
+    log_files: list[str] = field(default_factory=list)  # the data dir's logs/: OTLP log records (message content)
     columns: set[str] = field(default_factory=set)  # the span files' columns, all files together
 
 
-def spans_folder(path: str | os.PathLike) -> tuple[Location, Location | None]:
-    """The spans folder for a data dir (``D/spans``) or a spans folder, and ``D/rewards`` if any."""
+def spans_folder(path: str | os.PathLike) -> tuple[Location, Location | None, Location | None]:
+    """The spans folder for a data dir (``D/spans``) or a spans folder, and ``D/rewards`` and ``D/logs`` if any."""
     try:
         root = locate(path)
     except ValueError as exc:
@@ -56,9 +57,10 @@ def spans_folder(path: str | os.PathLike) -> tuple[Location, Location | None]:
         raise PipelineInputError(f"{root} is not a folder: pass --spans a data dir or a folder of span Parquet files")
     spans = root.child("spans")
     if spans.kind() == pafs.FileType.Directory:
-        rewards = root.child("rewards")
-        return spans, rewards if rewards.kind() == pafs.FileType.Directory else None
-    return root, None
+        rewards, logs = root.child("rewards"), root.child("logs")
+        present = lambda folder: folder if folder.kind() == pafs.FileType.Directory else None  # noqa: E731
+        return spans, present(rewards), present(logs)
+    return root, None, None
 
 
 def _check(location: Location, name: str, required: tuple[str, ...]) -> tuple[pa.Schema | None, str | None]:
@@ -75,7 +77,7 @@ def _check(location: Location, name: str, required: tuple[str, ...]) -> tuple[pa
 
 def find_span_files(path: str | os.PathLike) -> SpanFiles:
     """Check every span file (and late-reward file of a data dir) below ``path``: one listing, then footers."""
-    folder, rewards = spans_folder(path)
+    folder, rewards, logs = spans_folder(path)
     result = SpanFiles(location=folder)
     for file in folder.parquet_files():
         schema, reason = _check(folder, file, REQUIRED_SPAN_COLUMNS)
@@ -91,6 +93,13 @@ def find_span_files(path: str | os.PathLike) -> SpanFiles:
                 result.rejected.append({"file": file, "reason": reason})
             else:
                 result.reward_files.append(file)
+    if logs is not None:
+        for file in logs.parquet_files():
+            _, reason = _check(logs, file, ("trace_id", "span_id", "event_name", "body", "attributes"))
+            if reason:
+                result.rejected.append({"file": file, "reason": reason})
+            else:
+                result.log_files.append(file)
     return result
 
 

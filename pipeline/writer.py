@@ -50,27 +50,32 @@ def _ones_like_lists(lists: pa.ListArray) -> pa.ListArray:
 def _messages(con: duckdb.DuckDBPyConnection, part: pa.Table) -> tuple[pa.Array, pa.Array]:
     """Input and output message JSON of each row, read as its content layout says.
 
-    JSON layouts are read by DuckDB (the text is copied as is), from the span's attributes or
-    its event's; flattened layouts are nested back into message lists by
-    :func:`tracerl.pipeline.messages.messages_json`.
+    JSON layouts are read by DuckDB (the text is copied as is), from the span's attributes, its
+    event's, or its log records' (``log_content``); flattened layouts are nested back into
+    message lists by :func:`tracerl.pipeline.messages.messages_json`.
     """
     json_layouts = [layout for layout in CONTENT_LAYOUTS if not layout.flattened]
 
-    def source(layout: ContentLayout) -> str:
-        if not layout.event:
-            return "attributes"
-        named = f"list_filter(json_extract(events, '$[*]'), lambda e: json_extract_string(e, '$.name') = '{layout.event}')"
-        return f"json_extract({named}[1], '$.attributes')"
+    def read(layout: ContentLayout, side: str) -> str:
+        if layout.logs:
+            return f"l.{side}_messages"
+        source = "attributes"
+        if layout.event:
+            named = f"list_filter(json_extract(events, '$[*]'), lambda e: json_extract_string(e, '$.name') = '{layout.event}')"
+            source = f"json_extract({named}[1], '$.attributes')"
+        return f"json_extract_string({source}, '$.\"{getattr(layout, side)}\"')"
 
     def pick(side: str) -> str:
-        whens = " ".join(
-            f"WHEN '{layout.name}' THEN json_extract_string({source(layout)}, '$.\"{getattr(layout, side)}\"')" for layout in json_layouts
-        )
+        whens = " ".join(f"WHEN '{layout.name}' THEN {read(layout, side)}" for layout in json_layouts)
         return f"CASE content_layout {whens} END"
 
-    con.register("writer_part", part.select(["content_layout", "attributes", "events"]))
+    rows = part.select(["content_layout", "attributes", "events", "trace_id", "span_id"])
+    con.register("writer_part", rows.append_column("position", pa.array(range(len(rows)), pa.int64())))
     try:
-        found = con.sql(f"SELECT {pick('input')} AS i, {pick('output')} AS o FROM writer_part").to_arrow_table()
+        found = con.sql(
+            f"SELECT {pick('input')} AS i, {pick('output')} AS o FROM writer_part "
+            "LEFT JOIN log_content l USING (trace_id, span_id) ORDER BY position"
+        ).to_arrow_table()
     finally:
         con.unregister("writer_part")
     inputs, outputs = found.column("i"), found.column("o")

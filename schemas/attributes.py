@@ -55,6 +55,10 @@ GEN_AI_TOOL_DEFINITIONS = "gen_ai.tool.definitions"
 GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
 # the span event that carries a call's content as attributes (instrumentations whose content goes to events)
 GEN_AI_OPERATION_DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+# the deprecated per-message events (GenAI before 1.37), as OTLP log records: body {content, tool_calls, id}
+GEN_AI_MESSAGE_EVENTS = {"gen_ai.system.message": "system", "gen_ai.user.message": "user",
+                         "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool"}
+GEN_AI_CHOICE_EVENT = "gen_ai.choice"  # body {index, finish_reason, message: {content, tool_calls}}
 GEN_AI_REQUEST_TEMPERATURE = "gen_ai.request.temperature"
 GEN_AI_REQUEST_TOP_P = "gen_ai.request.top_p"
 GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
