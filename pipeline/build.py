@@ -153,7 +153,7 @@ def build_dataset(
         from tracerl.pipeline.exports import export
 
         progress("exporting", None)
-        exported = export(out_dir, opts.exports)
+        exported = export(out_dir, opts)
     counts = analysis.counts
     skipped = counts["llm_calls"]["skipped"]
     for reason, n in dropped.items():

@@ -107,7 +107,9 @@ def build_dataset_cmd(
     episode_timeout: TimeoutOpt = DEFAULTS.episode_timeout_s,
     trajectory: Annotated[bool, typer.Option(help="Merge calls whose prompt extends the previous prompt + response.")] = DEFAULTS.trajectory,
     incremental: Annotated[bool, typer.Option(help="Only episodes not yet in OUT; append new files.")] = DEFAULTS.incremental,
-    export: Annotated[Optional[list[str]], typer.Option(help=f"Also write {' and/or '.join(EXPORTS)} beside OUT, as OUT-{EXPORTS[0]}/... (repeatable).")] = None,
+    export: Annotated[Optional[list[str]], typer.Option(help=f"Also write {', '.join(EXPORTS)} beside OUT, as OUT-{EXPORTS[0]}/... (repeatable; sft and dpo: demonstrations and preference pairs).")] = None,
+    sft_min_reward: Annotated[float, typer.Option(help="--export sft: the score from which a task's best episode is a demonstration.")] = DEFAULTS.sft_min_reward,
+    dpo_min_margin: Annotated[float, typer.Option(help="--export dpo: the least score difference between chosen and rejected.")] = DEFAULTS.dpo_min_margin,
     threads: Annotated[Optional[int], typer.Option(help="DuckDB threads (default: all cores).")] = DEFAULTS.threads,
     memory_limit: Annotated[str, typer.Option(help="DuckDB memory limit; beyond it DuckDB spills to disk.")] = DEFAULTS.memory_limit,
 ) -> None:
@@ -117,6 +119,7 @@ def build_dataset_cmd(
     options = _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout, policy)
     if export:
         options["exports"] = tuple(export)
+    options |= {"sft_min_reward": sft_min_reward, "dpo_min_margin": dpo_min_margin}
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=console, transient=True,

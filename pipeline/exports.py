@@ -9,6 +9,7 @@ the dataset (``OUT/**/*.parquet``) would read their rows as transitions.
 - ``OUT-hf/``: a Hugging Face ``datasets`` folder: ``data/{split}-*.parquet`` with the full
   dataset rows and a README whose ``configs`` maps files to splits, so
   ``datasets.load_dataset("OUT-hf")`` works offline.
+- ``OUT-sft/``, ``OUT-dpo/``: demonstrations and preference pairs (:mod:`tracerl.pipeline.sft_dpo`).
 
 Both are written file by file from ``transitions-*.parquet``, so memory holds one file.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,6 +27,8 @@ import pyarrow.parquet as pq
 
 from tracerl.pipeline.dataset_folder import export_folder, transition_files
 from tracerl.pipeline.messages import chat_messages
+from tracerl.pipeline.options import BuildOptions
+from tracerl.pipeline.sft_dpo import write_dpo, write_sft
 
 _TOKEN_FIELDS = ("prompt_token_ids", "response_token_ids", "response_logprobs", "response_mask")
 _KEEP = ("episode_id", "task_id", "split", "agent_name", "step", "reward", "return", "advantage", "policy_version")
@@ -76,16 +80,21 @@ def _write_hf(files: list[Path], folder: Path) -> dict:
     return {"rows_by_split": counts}
 
 
-_WRITERS = {"openrlhf": _write_openrlhf, "hf": _write_hf}  # one per name of options.EXPORTS
+_WRITERS: dict[str, Callable[[list[Path], Path, BuildOptions], dict]] = {  # one per name of options.EXPORTS
+    "openrlhf": lambda files, folder, _: _write_openrlhf(files, folder),
+    "hf": lambda files, folder, _: _write_hf(files, folder),
+    "sft": lambda files, folder, options: write_sft(files, folder, options.sft_min_reward),
+    "dpo": lambda files, folder, options: write_dpo(files, folder, options.dpo_min_margin),
+}
 
 
-def export(out: Path, kinds: tuple[str, ...]) -> dict:
-    """Write the requested exports of the dataset in ``out`` beside it; return what was written, by kind."""
+def export(out: Path, options: BuildOptions) -> dict:
+    """Write the exports ``options`` asks for of the dataset in ``out`` beside it; return what was written, by kind."""
     files = transition_files(out)
     done = {}
-    for kind in kinds:
+    for kind in options.exports:
         folder = export_folder(out, kind)
         if folder.exists():
             shutil.rmtree(folder)
-        done[kind] = {"folder": folder.name, **_WRITERS[kind](files, folder)}
+        done[kind] = {"folder": folder.name, **_WRITERS[kind](files, folder, options)}
     return done

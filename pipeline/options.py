@@ -14,7 +14,7 @@ from tracerl.pipeline.source import PipelineInputError
 CREDITS = ("identical", "discounted")  # see tracerl.pipeline.credit
 ADVANTAGES = ("grpo", "rloo", "batch", "none")  # see tracerl.pipeline.credit
 GROUP_ADVANTAGES = ("grpo", "rloo")  # compare episodes of one task: a group of one gets advantage 0
-EXPORTS = ("openrlhf", "hf")  # see tracerl.pipeline.exports
+EXPORTS = ("openrlhf", "hf", "sft", "dpo")  # see tracerl.pipeline.exports and tracerl.pipeline.sft_dpo
 
 
 def check_credit(credit: str, gamma: float, advantage: str) -> None:
@@ -87,6 +87,8 @@ class BuildOptions:
     trajectory: bool = False
     incremental: bool = False
     exports: tuple[str, ...] = ()
+    sft_min_reward: float = 0.5  # --export sft: a task's best episode is a demonstration from this score on
+    dpo_min_margin: float = 0.1  # --export dpo: chosen and rejected at least this far apart in score
     threads: int | None = None
     memory_limit: str = "3GB"
 
