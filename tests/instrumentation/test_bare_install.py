@@ -51,7 +51,8 @@ def test_an_agent_run_with_the_bare_install_is_captured_with_exact_tokens(bare_p
     (["pipeline", "doctor", "data"], "pipeline"),
 ])
 def test_a_command_of_another_part_says_which_extra_to_install(bare_python, command, extra):
-    done = subprocess.run([str(bare_python.parent / command[0]), *command[1:]], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([str(bare_python.parent / command[0]), *command[1:]], capture_output=True, text=True, timeout=60,
+                          cwd=bare_python.parent)
     assert done.returncode != 0
     assert f"pip install 'tracerl[{extra}]'" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
