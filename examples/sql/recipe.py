@@ -77,9 +77,9 @@ def format_turns(train: list[Task], seed: int, n: int) -> FormatTurns:
         first = query(task)
         result = sql.result_text(sql.execute(task.db_path, first))
         writer, rewriter = sql.writer_messages(task.question, schema), sql.rewriter_messages(task.question, schema, first, result)
-        turns.queries += [FormatExample(writer, first), FormatExample(rewriter, query(task))]
-        turns.restatements += [FormatExample(m, restated(task), ends_turn=False) for m in (writer, rewriter)]
-        turns.verdicts.append(FormatExample(sql.checker_messages(task.question, schema, first, result), rng.choice(sql.VERDICTS)))
+        turns.queries += [FormatExample(writer, first, agent="writer"), FormatExample(rewriter, query(task), agent="rewriter")]
+        turns.restatements += [FormatExample(m, restated(task), ends_turn=False, agent=a) for m, a in ((writer, "writer"), (rewriter, "rewriter"))]
+        turns.verdicts.append(FormatExample(sql.checker_messages(task.question, schema, first, result), rng.choice(sql.VERDICTS), agent="checker"))
     return turns
 
 

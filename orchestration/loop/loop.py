@@ -169,14 +169,20 @@ def mean_rewards_by_split(data_dir: Path) -> dict[str, float]:
     return {split: float(value) for split, value in duckdb.sql(query).fetchall()}
 
 
-def format_replay_samples(recipe: AgentRecipe, trainer: PolicyGradientTrainer, train_tasks: list[Task], cfg: LoopConfig) -> list[Sample]:
+def format_replay_samples(
+    recipe: AgentRecipe, trainer: PolicyGradientTrainer, train_tasks: list[Task], cfg: LoopConfig, agents: tuple[str, ...] | None = None,
+) -> list[Sample]:
     """The recipe's turns to keep, as supervised samples (none without ``format_replay`` or with ``replay_samples`` 0).
 
-    Only for the recipe's own warm-started tiny model: its format is the tiny model's, never a real model's.
+    ``agents``: a policy's agents; it replays their turns only (and turns of no agent in particular),
+    so one policy's adapter is not taught another's format. Only for the recipe's own warm-started
+    tiny model: its format is the tiny model's, never a real model's.
     """
     if recipe.format_replay is None or cfg.replay_samples <= 0:
         return []
-    return supervised_samples(trainer.tokenizer, recipe.format_replay(train_tasks, cfg.seed))
+    examples = recipe.format_replay(train_tasks, cfg.seed)
+    kept = [e for e in examples if agents is None or e.agent is None or e.agent in agents]
+    return supervised_samples(trainer.tokenizer, kept)
 
 
 def rewarded_outputs(samples: list[Sample]) -> list[Sample]:
@@ -310,7 +316,10 @@ def run_loop(
             policies.append(policy)
         trainer = policies[0].trainer
         phase(0, f"training {', '.join(names)} with {cfg.backend} on {trainer.device}, learning rate {trainer.learning_rate:g}")
-        format_replay = format_replay_samples(recipe, trainer, train_tasks, cfg) if replay_on and not cfg.model else []
+        format_replay = {
+            p.name: format_replay_samples(recipe, p.trainer, train_tasks, cfg, cfg.policies.get(p.name)) if replay_on and not cfg.model else []
+            for p in policies
+        }
         for rnd in range(cfg.rounds + 1):
             t0, clock = time.time(), PhaseClock()
             round_dir = out / "rounds" / f"{rnd:03d}"
@@ -343,7 +352,7 @@ def run_loop(
                 fields: dict = {"policy_version": policy.version}
                 if rnd < cfg.rounds:
                     phase(rnd, f"training {policy.name}" if several else "training")
-                    fields.update(train_and_publish(policy, round_dir / "dataset", format_replay, cfg, rnd, served.base_url, lambda text: phase(rnd, text)))
+                    fields.update(train_and_publish(policy, round_dir / "dataset", format_replay[policy.name], cfg, rnd, served.base_url, lambda text: phase(rnd, text)))
                 per_policy[policy.name] = fields
             if several:
                 row["policies"] = per_policy

@@ -53,6 +53,9 @@ class FormatExample:
     target: str  # the assistant's text, tool calls written as the server parses them
     tools: list[dict] | None = None
     ends_turn: bool = True  # False: ``target`` is only how the turn starts (what follows is not taught)
+    # the agent whose turn it is: with a policy per agent group (--policy), only that agent's policy
+    # replays it (None: every policy)
+    agent: str | None = None
 
 
 @dataclass(frozen=True)

@@ -86,3 +86,24 @@ def test_spider_data_without_a_pretrained_model_is_refused_with_what_to_do():
     spider_like = [sql.Task("s-0", "x", "/nonexistent.sqlite", "How many heads are there?", "SELECT count(*) FROM head").to_json()]
     with pytest.raises(ValueError, match="pass --model"):
         warm_start(spider_like, seed=0)
+
+
+def test_with_a_policy_per_agent_group_each_adapter_replays_its_own_agents_turns_only():
+    """The writer's adapter is not taught the checker's verdicts, nor the checker's the writer's queries."""
+    from types import SimpleNamespace
+
+    from examples.sql.recipe import RECIPE
+    from tracerl.orchestration.loop.loop import format_replay_samples
+    from tracerl.trainer.tiny_model import build_tokenizer
+
+    train, _ = tasks(0, None)
+    trainer = SimpleNamespace(tokenizer=build_tokenizer())  # the replay needs only the policy's tokenizer
+    cfg = RECIPE.defaults
+    assert {e.agent for e in kept_format(train, 0)} == {"writer", "rewriter", "checker"}
+    every = format_replay_samples(RECIPE, trainer, train, cfg)
+    writer = format_replay_samples(RECIPE, trainer, train, cfg, ("writer", "rewriter"))
+    checker = format_replay_samples(RECIPE, trainer, train, cfg, ("checker",))
+    assert len(writer) + len(checker) == len(every) and writer and checker
+    verdicts = {f"{v}<|end|>" for v in sql.VERDICTS}
+    answer = lambda sample: trainer.tokenizer.decode(sample.response_token_ids)  # noqa: E731
+    assert all(answer(s) in verdicts for s in checker) and not any(answer(s) in verdicts for s in writer)
