@@ -7,14 +7,15 @@ training data: every call of the writer, the rewriter and the checker.
 - ``shared``: one adapter answers and learns from every node's calls;
 - ``per-policy``: ``writer=writer,rewriter`` and ``checker=checker``, two adapters, each
   trained on its own nodes' calls only;
-- ``shared, writer only`` (``--with-recipe-default``): the recipe's own choice, one adapter
-  trained on the writer's and rewriter's calls, the checker's never trained.
+- ``writer-only``: the recipe's own choice, one adapter trained on the writer's and rewriter's
+  calls, the checker's never trained.
 
 Every (setup, seed) runs in a fresh process, one after another (the CPU vLLM and the trainer
 share the 2 cores). Prints the held-out reward per round as mean ± std over seeds, and the
 seconds per round (the rollout, which every setup shares, and the rest).
 
-    python benchmarks/policies.py --rounds 8 --concurrency 16
+    python benchmarks/policies.py --rounds 8                      # all three setups
+    python benchmarks/policies.py --rounds 8 --setups per-policy  # one
 """
 
 from __future__ import annotations
@@ -33,14 +34,18 @@ from tracerl.trainer.serving.vllm_process import VLLM_PYTHON_ENV
 RECIPE = "examples.sql.recipe:RECIPE"
 
 
-def variants(lr: float, concurrency: int, recipe_default: bool) -> list[Variant]:
+SETUPS = ("shared", "per-policy", "writer-only")
+
+
+def variants(lr: float, concurrency: int, names: list[str]) -> list[Variant]:
     common = {"server": "vllm", "concurrency": concurrency}
     train = {"lora_rank": 8, "learning_rate": lr}
-    found = [
-        Variant("shared", {**common, "agents": None}, train),
-        Variant("per-policy", {**common, "agents": None, "policies": {"writer": ("writer", "rewriter"), "checker": ("checker",)}}, train),
-    ]
-    return found + ([Variant("shared, writer only", common, train)] if recipe_default else [])
+    every = {
+        "shared": Variant("shared", {**common, "agents": None}, train),
+        "per-policy": Variant("per-policy", {**common, "agents": None, "policies": {"writer": ("writer", "rewriter"), "checker": ("checker",)}}, train),
+        "writer-only": Variant("writer-only", common, train),
+    }
+    return [every[name] for name in names]
 
 
 def main() -> None:
@@ -49,12 +54,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--lr", type=float, default=5e-3, help="the adapters' learning rate")
     parser.add_argument("--concurrency", type=int, default=16, help="episodes at once (vLLM batches them)")
-    parser.add_argument("--with-recipe-default", action="store_true", help="add the recipe's own setup (writer and rewriter trained, one adapter)")
+    parser.add_argument("--setups", nargs="+", choices=SETUPS, default=list(SETUPS), help="which setups run (each seed's runs are apart, so setups may run apart)")
     parser.add_argument("--out", type=Path, default=None, help="default: a temporary folder")
     args = parser.parse_args()
 
     os.environ.setdefault(VLLM_PYTHON_ENV, str(REPO / ".venv-vllm" / "bin" / "python"))
-    chosen = variants(args.lr, args.concurrency, args.with_recipe_default)
+    chosen = variants(args.lr, args.concurrency, args.setups)
     out = args.out or Path(tempfile.mkdtemp(prefix="tracerl-policies-"))
     out.mkdir(parents=True, exist_ok=True)
     print(f"SQL agent, LoRA rank 8 at lr {args.lr}, CPU vLLM: seeds {args.seeds}, {args.rounds} rounds, runs in {out}", flush=True)
