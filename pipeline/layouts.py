@@ -57,6 +57,11 @@ class ContentLayout:
     event: str = ""
     logs: bool = False
 
+    @property
+    def on_span_attributes(self) -> bool:
+        """Whether the messages sit in the span's own attributes (not in an event or in log records)."""
+        return not (self.event or self.logs)
+
     def tool_call_arguments_key(self) -> str:
         """Regex (RE2 and Python) of the attribute keys that hold an output tool call's arguments."""
         message = re.escape(self.message) + r"\." if self.message else ""

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import duckdb
 
-from tracerl.pipeline.sql_text import sql_list, sql_str
+from tracerl.pipeline.sql_text import empty_select, sql_list, sql_str
 from tracerl.schemas import attributes as A
+from tracerl.schemas.logs import LOGS_SCHEMA
 
 _DETAILS = sql_str(A.GEN_AI_OPERATION_DETAILS_EVENT)
 _ROLES = "MAP {" + ", ".join(f"{sql_str(event)}: {sql_str(role)}" for event, role in A.GEN_AI_MESSAGE_EVENTS.items()) + "}"
@@ -30,14 +31,13 @@ def _details(side: str) -> str:
 def build_log_content(con: duckdb.DuckDBPyConnection, log_files: list[str]) -> None:
     """Table ``log_content``: one row per span with message log records (trace_id, span_id, input and output JSON).
 
-    Table ``log_records``: every GenAI content record with whether its span has an id (counted by doctor,
-    with those whose span never arrived).
+    Table ``log_records``: every GenAI content record, kept so that doctor can count the records
+    without a span id and those whose span never arrived.
     """
     source = (
         f"read_parquet({sql_list(log_files)}, union_by_name = true, file_row_number = true, filename = true)"
-        if log_files else "(SELECT NULL::VARCHAR AS trace_id, NULL::VARCHAR AS span_id, NULL::VARCHAR AS event_name, "
-        "NULL::VARCHAR AS body, NULL::VARCHAR AS attributes, NULL::BIGINT AS time_unix_nano, NULL::VARCHAR AS filename, "
-        "NULL::BIGINT AS file_row_number WHERE false)"
+        if log_files
+        else f"(SELECT *, NULL::VARCHAR AS filename, NULL::BIGINT AS file_row_number FROM ({empty_select(LOGS_SCHEMA)}))"
     )
     con.execute(
         f"""

@@ -40,7 +40,7 @@ EXTRACTED = {
 # read in the same parse but not kept as columns: reward fallbacks, and the message
 # attributes of JSON content layouts (only tested for presence: text stays in the files)
 _REWARD_KEYS = (A.REWARD_VALUE, A.REWARD_NAME)
-_MESSAGE_KEYS = tuple(key for layout in CONTENT_LAYOUTS if not (layout.flattened or layout.event or layout.logs)
+_MESSAGE_KEYS = tuple(key for layout in CONTENT_LAYOUTS if layout.on_span_attributes and not layout.flattened
                       for key in (layout.input, layout.output))
 # ... and what other conventions than tracerl's own put in the attributes (pipeline/layouts.py)
 _FOREIGN_KEYS = tuple(dict.fromkeys([
@@ -106,7 +106,7 @@ def _tool_call_arguments_sql() -> str:
     """Body of the macro ``tool_call_arguments(a)``: the arguments of every output tool call, in any layout."""
     parts = []
     for layout in CONTENT_LAYOUTS:
-        if layout.event or layout.logs:  # the macro reads a span's attributes; these layouts keep messages elsewhere
+        if not layout.on_span_attributes:  # the macro reads a span's attributes only
             continue
         if layout.flattened:
             keys = f"list_filter(json_keys(a), lambda k: regexp_matches(k, {sql_str(layout.tool_call_arguments_key())}))"

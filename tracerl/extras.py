@@ -17,10 +17,6 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 EXTRAS["train"] = (*EXTRAS["collector"], *EXTRAS["pipeline"], "torch", "transformers", "pydantic", "openai")
 
 
-class ExtraMissing(RuntimeError):
-    """A command needs modules that its extra brings and this environment lacks."""
-
-
 def missing_modules(extra: str) -> list[str]:
     """The modules of ``extra`` that cannot be imported here."""
     return [name for name in EXTRAS[extra] if not _importable(name)]
@@ -43,9 +39,3 @@ def missing_message(extra: str, what: str, missing: list[str] | None = None) -> 
         return None
     return f"{what} needs the {extra!r} extra ({', '.join(missing)} not installed): pip install 'tracerl[{extra}]'"
 
-
-def require_extra(extra: str, what: str) -> None:
-    """Raise :class:`ExtraMissing` naming the extra to install when ``what`` cannot run here."""
-    message = missing_message(extra, what)
-    if message:
-        raise ExtraMissing(message)
