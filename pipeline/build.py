@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 
 import tracerl
-from tracerl.pipeline import air, credit, dataset_folder, episodes, log_content, normalize, rewards, selection, source
+from tracerl.pipeline import air, credit, dataset_folder, episodes, judgment_log, log_content, normalize, rewards, selection, source
 from tracerl.pipeline.counts import stage_counts, warnings
 from tracerl.pipeline.location import locate
 from tracerl.pipeline.options import EXPORTS, BuildOptions
@@ -91,6 +91,7 @@ def analyze(
     progress(f"reading {len(files.files)} span file(s)", None)
     source.register_raw_spans(con, files)
     log_content.build_log_content(con, files.log_files)
+    judgment_log.register_judgments(con, files.judgment_files)
     late = [source.check_rewards_file(con, file) for file in options.rewards]
     source.register_late_rewards(con, files.reward_files + late)
     previously = dataset_folder.register_processed(con, out, options.incremental)

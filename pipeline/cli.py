@@ -184,6 +184,49 @@ def doctor(
         typer.echo(f"- {note}")
 
 
+@app.command()
+def judge(
+    spans: SpansOpt,
+    judge_url: Annotated[str, typer.Option("--judge-url", envvar="TRACERL_JUDGE_URL", help="OpenAI-compatible base URL of the judge, e.g. http://127.0.0.1:8000/v1 (vLLM, `tracerl serve`, a hosted API).")],
+    judge_model: Annotated[str, typer.Option("--judge-model", envvar="TRACERL_JUDGE_MODEL", help="The model name the judge serves.")],
+    rubric: Annotated[Optional[Path], typer.Option("--rubric", help="A text file: what makes an episode better (default: goal reached, then efficiency, then progress).")] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="TRACERL_JUDGE_API_KEY", help="Bearer token for a hosted judge.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Folder for rewards/NAME.parquet and judgments/NAME.jsonl (default: the data dir itself, where every command finds them).")] = None,
+    reward_name: Annotated[str, typer.Option("--reward-name", help="The rewards' name (build with --reward-weight NAME=1 to train on them alone).")] = "judge",
+    split: SplitOpt = None,
+    max_group: Annotated[int, typer.Option("--max-group", help="Most episodes compared in one judge call; a larger task group is split.")] = 8,
+    max_prompt_chars: Annotated[int, typer.Option("--max-prompt-chars", help="Longest prompt sent, in characters; a longer episode is skipped (too_long).")] = 32_000,
+    max_calls: Annotated[Optional[int], typer.Option("--max-calls", help="Stop after this many judge calls (retries count); the rest waits for the next run.")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Judge calls in flight at once.")] = 4,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for one judge answer.")] = 120.0,
+    episode_timeout: TimeoutOpt = DEFAULTS.episode_timeout_s,
+) -> None:
+    """Score unlabelled episodes with a judge model, each task's episodes relative to each other; write them as rewards."""
+    from tracerl.pipeline.judge import JudgeOptions
+    from tracerl.pipeline.judge import judge as run_judge
+
+    try:
+        text = rubric.read_text(encoding="utf-8") if rubric else None
+        options = JudgeOptions(
+            url=judge_url, model=judge_model, api_key=api_key, reward_name=reward_name, splits=tuple(split or ()),
+            max_group=max_group, max_prompt_chars=max_prompt_chars, max_calls=max_calls, concurrency=concurrency,
+            timeout_s=timeout, episode_timeout_s=episode_timeout, **({"rubric": text} if text else {}),
+        )
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=True) as bar:
+            task = bar.add_task("starting", total=None)
+            summary = run_judge(spans, options, out, lambda what, total, done: bar.update(task, description=what, total=total, completed=done))
+    except (PipelineInputError, OSError) as exc:
+        _fail(exc)
+    for note in summary.messages(max_calls):
+        console.print(f"[yellow]note:[/yellow] {note}")
+    skipped = sum(summary.skipped.values())
+    console.print(
+        f"{summary.scored} episode(s) scored, {summary.failed} failed, {skipped} skipped, {summary.already_judged} judged before "
+        f"({summary.calls} judge call(s), {summary.groups} group(s)) -> {summary.rewards_file}; judgments: {summary.judgments_file}"
+    )
+
+
 def register_sql(root: typer.Typer) -> None:
     """Add `tracerl sql` to the root CLI."""
 

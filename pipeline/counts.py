@@ -132,6 +132,15 @@ def stage_counts(
         },
         "transitions": one("SELECT count(*) FROM chosen"),
         "task_groups": _task_groups(con),
+        # `pipeline judge`'s outcomes (judgments/), each episode's latest under each judge model and rubric
+        "judgments": {
+            "files": len(files.judgment_files),
+            "by_status": _grouped(con, "SELECT status, count(*) FROM judgments GROUP BY 1 ORDER BY 1"),
+            "skipped": _grouped(con, "SELECT reason, count(*) FROM judgments WHERE status = 'skipped' GROUP BY 1 ORDER BY 1"),
+            "failed_reasons": _grouped(
+                con, "SELECT left(reason, 120), count(*) FROM judgments WHERE status = 'failed' GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 3"
+            ),
+        },
     }
 
 
@@ -175,6 +184,7 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any], options: BuildOptions) -
         "episode_pending": "LLM call(s) in episodes that have not finished yet (held back until they end or time out)",
         "episode_no_reward": f"LLM call(s) in episodes with no reward (emit {A.REWARD_SPAN_NAME} or pass --rewards)",
         "already_processed": "LLM call(s) in episodes an earlier incremental run already processed",
+        "judge_call": f"LLM call(s) of the judge (agent {A.JUDGE_AGENT}), never policy calls",
     }
     for reason, n in c["llm_calls"]["skipped"].items():
         notes.append(f"{n} {labels.get(reason, reason)}")
@@ -217,6 +227,12 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any], options: BuildOptions) -
         notes.append(f"{r['ignored_by_weights']} reward(s) ignored: their name has no --reward-weight")
     if c["episodes"]["truncated"]:
         notes.append(f"{c['episodes']['truncated']} episode(s) never finished and were processed after the timeout (truncated)")
+    judged = c["judgments"]
+    if judged["by_status"].get("failed"):
+        notes.append(f"{judged['by_status']['failed']} episode(s) the judge could not score (run `tracerl pipeline judge` again; "
+                     "by error: " + "; ".join(f"{n} x {m}" for m, n in judged["failed_reasons"].items()) + ")")
+    for reason, n in judged["skipped"].items():
+        notes.append(f"{n} episode(s) not sent to the judge: {reason}")
     groups = c["task_groups"]
     if advantage in GROUP_ADVANTAGES and groups["single_episode"]:
         which = "all" if groups["single_episode"] == groups["total"] else f"{groups['single_episode']} of"

@@ -55,6 +55,9 @@ def explain(analysis: Analysis) -> dict[str, Any]:
         ("  of which rewarded", c["episodes"]["with_policy_calls"] - c["episodes"]["without_reward"]),
         ("transitions", c["transitions"]),
     ]
+    judged = c["judgments"]
+    if judged["files"]:
+        funnel += [(f"judged episodes: {status}", n) for status, n in judged["by_status"].items()]
     notes = warnings(analysis.inputs(), c, options)
     agents = c["llm_calls"]["by_agent"]
     if c["llm_calls"]["skipped"].get("agent_filter") and not c["llm_calls"]["policy_calls"]:

@@ -57,8 +57,8 @@ class Location:
     def kind(self) -> pafs.FileType:
         return self.fs.get_file_info(self.path).type
 
-    def parquet_files(self) -> list[str]:
-        """Every ``*.parquet`` below this folder, by the name DuckDB reads it by, sorted.
+    def files(self, suffix: str = ".parquet") -> list[str]:
+        """Every file named ``*{suffix}`` below this folder, by the name DuckDB reads it by, sorted.
 
         Names with a part starting with ``.`` are skipped: files still being written
         (``tracerl.storage`` writes under a dot-name, then renames) or tool metadata.
@@ -68,7 +68,7 @@ class Location:
         root = self.path.rstrip("/")
         for info in self.fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
             relative = info.path[len(root):].lstrip("/")
-            if info.type == pafs.FileType.File and relative.endswith(".parquet"):
+            if info.type == pafs.FileType.File and relative.endswith(suffix):
                 if not any(part.startswith(".") for part in relative.split("/")):
                     found.append(self.name(info.path))
         return sorted(found)

@@ -1,7 +1,7 @@
 """Which LLM calls are the policy's transitions, and which rewards each of them receives.
 
 Every LLM call either becomes a policy call or gets one exclusion reason (first match
-wins, so counts add up): already processed by an earlier incremental run, episode still
+wins, so counts add up): a judge's call (``tracerl pipeline judge``), already processed by an earlier incremental run, episode still
 running, split filter, agent filter, served by another policy than its agent's, policy-version filter. Rewards are attached to the
 last *policy* call that ended at or before the reward's time (a reward with no time,
 such as a late reward, goes to the episode's last call; one before any call ended goes
@@ -17,6 +17,7 @@ import duckdb
 from tracerl.pipeline.rewards import OUTCOME_SOURCES, SECONDARY_SOURCE
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.pipeline.sql_text import sql_str
+from tracerl.schemas import attributes as A
 
 _VERSION_SPEC = re.compile(r"^\s*(>=|<=|>|<|==)?\s*(\d+)\s*$")
 
@@ -67,6 +68,7 @@ def select_policy_calls(
         CREATE OR REPLACE TEMP TABLE call_status AS
         SELECT c.*, e.task_id, e.split, e.truncated,
             CASE
+                WHEN c.agent_name IS NOT DISTINCT FROM {sql_str(A.JUDGE_AGENT)} THEN 'judge_call'
                 WHEN p.episode_id IS NOT NULL THEN 'already_processed'
                 WHEN e.pending THEN 'episode_pending'
                 WHEN NOT coalesce({split_ok}, false) THEN 'split_filter'

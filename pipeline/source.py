@@ -39,11 +39,13 @@ class SpanFiles:
     rejected: list[dict[str, str]] = field(default_factory=list)
     reward_files: list[str] = field(default_factory=list)
     log_files: list[str] = field(default_factory=list)  # the data dir's logs/: OTLP log records (message content)
+    judgment_files: list[str] = field(default_factory=list)  # the data dir's judgments/: `pipeline judge`'s records
     columns: set[str] = field(default_factory=set)  # the span files' columns, all files together
 
 
-def spans_folder(path: str | os.PathLike) -> tuple[Location, Location | None, Location | None]:
-    """The spans folder for a data dir (``D/spans``) or a spans folder, and ``D/rewards`` and ``D/logs`` if any."""
+def spans_folder(path: str | os.PathLike) -> tuple[Location, dict[str, Location]]:
+    """The spans folder for a data dir (``D/spans``) or a spans folder, and those of ``D/rewards``, ``D/logs``
+    and ``D/judgments`` that exist, by name."""
     try:
         root = locate(path)
     except ValueError as exc:
@@ -57,10 +59,9 @@ def spans_folder(path: str | os.PathLike) -> tuple[Location, Location | None, Lo
         raise PipelineInputError(f"{root} is not a folder: pass --spans a data dir or a folder of span Parquet files")
     spans = root.child("spans")
     if spans.kind() == pafs.FileType.Directory:
-        rewards, logs = root.child("rewards"), root.child("logs")
-        present = lambda folder: folder if folder.kind() == pafs.FileType.Directory else None  # noqa: E731
-        return spans, present(rewards), present(logs)
-    return root, None, None
+        beside = {name: root.child(name) for name in ("rewards", "logs", "judgments")}
+        return spans, {name: folder for name, folder in beside.items() if folder.kind() == pafs.FileType.Directory}
+    return root, {}
 
 
 def _check(location: Location, name: str, required: tuple[str, ...]) -> tuple[pa.Schema | None, str | None]:
@@ -77,9 +78,10 @@ def _check(location: Location, name: str, required: tuple[str, ...]) -> tuple[pa
 
 def find_span_files(path: str | os.PathLike) -> SpanFiles:
     """Check every span file (and late-reward file of a data dir) below ``path``: one listing, then footers."""
-    folder, rewards, logs = spans_folder(path)
+    folder, beside = spans_folder(path)
+    rewards, logs, judgments = (beside.get(name) for name in ("rewards", "logs", "judgments"))
     result = SpanFiles(location=folder)
-    for file in folder.parquet_files():
+    for file in folder.files():
         schema, reason = _check(folder, file, REQUIRED_SPAN_COLUMNS)
         if reason:
             result.rejected.append({"file": file, "reason": reason})
@@ -87,19 +89,21 @@ def find_span_files(path: str | os.PathLike) -> SpanFiles:
             result.files.append(file)
             result.columns.update(schema.names)
     if rewards is not None:
-        for file in rewards.parquet_files():
+        for file in rewards.files():
             _, reason = _check(rewards, file, ("value",))
             if reason:
                 result.rejected.append({"file": file, "reason": reason})
             else:
                 result.reward_files.append(file)
     if logs is not None:
-        for file in logs.parquet_files():
+        for file in logs.files():
             _, reason = _check(logs, file, ("trace_id", "span_id", "event_name", "body", "attributes"))
             if reason:
                 result.rejected.append({"file": file, "reason": reason})
             else:
                 result.log_files.append(file)
+    if judgments is not None:
+        result.judgment_files = judgments.files(".jsonl")
     return result
 
 

@@ -91,16 +91,41 @@ def _messages(con: duckdb.DuckDBPyConnection, part: pa.Table) -> tuple[pa.Array,
     return inputs, outputs
 
 
-def _read_rows(con: duckdb.DuckDBPyConnection, location: Location, path: str, meta: pa.Table) -> pa.Table:
-    """``meta`` rows joined with their span's token arrays and messages from file ``path`` of ``location``."""
+def _with_span_columns(location: Location, path: str, meta: pa.Table, names: tuple[str, ...]) -> pa.Table:
+    """``meta`` (rows of file ``path``, at ``file_row``) with the span columns ``names`` appended (NULL where the file lacks one)."""
     present = set(location.read_schema(path).names)
-    spans = location.read_table(path, [c for c in _SPAN_COLUMNS if c in present]).take(meta.column("file_row"))
-    for name in _SPAN_COLUMNS:
+    spans = location.read_table(path, [c for c in names if c in present]).take(meta.column("file_row"))
+    for name in names:
         column = spans.column(name) if name in present else pa.nulls(len(meta), _SPAN_TYPES[name])
         meta = meta.append_column(_RENAMED.get(name, name), column)
-    meta = _foreign_tokens(con, meta)
+    return meta
+
+
+def _read_rows(con: duckdb.DuckDBPyConnection, location: Location, path: str, meta: pa.Table) -> pa.Table:
+    """``meta`` rows joined with their span's token arrays and messages from file ``path`` of ``location``."""
+    meta = _foreign_tokens(con, _with_span_columns(location, path, meta, _SPAN_COLUMNS))
     inputs, outputs = _messages(con, meta)
     return meta.append_column("input_messages", inputs).append_column("output_messages", outputs)
+
+
+def call_messages(con: duckdb.DuckDBPyConnection, found: SpanFiles, calls: pa.Table) -> pa.Table:
+    """``calls`` (rows of ``llm_calls``) with their ``input_messages`` and ``output_messages`` JSON.
+
+    For readers of conversations rather than tokens (the judge): only the content columns are read,
+    file by file; rows come back grouped by file.
+    """
+    parts = []
+    file_index = calls.column("file_index").to_numpy()
+    for current in np.unique(file_index):
+        part = _with_span_columns(found.location, found.files[int(current)], calls.filter(pa.array(file_index == current)),
+                                  ("attributes", "events"))
+        inputs, outputs = _messages(con, part)
+        parts.append(part.drop_columns(["attributes", "events"])
+                     .append_column("input_messages", inputs).append_column("output_messages", outputs))
+    if not parts:
+        empty = pa.array([], pa.string())
+        return calls.append_column("input_messages", empty).append_column("output_messages", empty)
+    return pa.concat_tables(parts)
 
 
 def _foreign_tokens(con: duckdb.DuckDBPyConnection, part: pa.Table) -> pa.Table:

@@ -10,6 +10,7 @@ EPISODE_ID = "tracerl.episode.id"
 TASK_ID = "tracerl.task.id"
 SPLIT = "tracerl.split"
 AGENT_NAME = "tracerl.agent.name"  # override; wins over GEN_AI_AGENT_NAME
+JUDGE_AGENT = "tracerl.judge"  # the agent name of `tracerl pipeline judge`'s own calls: never policy calls
 GEN_AI_AGENT_NAME = "gen_ai.agent.name"
 
 PROMPT_TOKEN_IDS = "tracerl.llm.prompt_token_ids"

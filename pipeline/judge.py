@@ -1,0 +1,329 @@
+"""``tracerl pipeline judge``: rewards for episodes nobody labelled, from a model that compares them.
+
+The finished episodes of each task are shown together to a judge (any OpenAI-compatible
+endpoint) that scores them against a rubric, relative to each other
+(:mod:`tracerl.pipeline.judge_prompt`). Every outcome is kept in the data dir's
+``judgments/NAME.jsonl`` (:mod:`tracerl.pipeline.judgment_log`: prompt, raw answer,
+judge model, rubric hash), which is also the cache: a re-run judges only episodes without
+a final judgment under the same judge model and rubric. The scores are written as late
+rewards, ``rewards/NAME.parquet`` (episode_id, name, value, plus the provenance columns),
+which ``build-dataset``, ``doctor`` and the report read like any other rewards of the data
+dir; the judge's outcomes are counted by doctor (``judgments``).
+
+Rules, each with its count in the summary:
+
+- **A group of one** (a task run once) is judged alone, against the rubric only (``alone``).
+- **Ties** are kept as the judge gave them; a group scored all alike gives GRPO nothing to
+  learn from, and is counted (``tied_groups``).
+- **Too long**: an episode whose prompt alone exceeds ``max_prompt_chars`` is not sent
+  (``skipped``, reason ``too_long``); a group that does not fit is split into parts that do,
+  each judged on its own; more than ``max_group`` episodes of a task are split the same way.
+- **An answer that does not parse**, or a call that fails (timeout, dropped connection,
+  5xx) is retried once; then every episode of the group is recorded ``failed`` with the
+  answer or error, and judged again by the next run. Never a silent 0.
+- The judge's own calls carry the agent name ``tracerl.judge`` and run with
+  instrumentation suppressed: if a process with capture on makes them anyway, the pipeline
+  excludes them (``judge_call``), so they never become policy transitions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+from opentelemetry import baggage, context
+from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+from tracerl.pipeline.build import analyze
+from tracerl.pipeline.judge_prompt import (
+    DEFAULT_RUBRIC, JudgeAnswerError, judge_messages, parse_scores, prompt_chars, rubric_sha256, transcript,
+)
+from tracerl.pipeline.judgment_log import FINAL_STATUSES, JudgmentLog
+from tracerl.pipeline.options import BuildOptions
+from tracerl.pipeline.source import PipelineInputError
+from tracerl.pipeline.writer import call_messages
+from tracerl.schemas import attributes as A
+
+_REWARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # also the name of its files
+Progress = Callable[[str, int | None, int], None]  # (what, total groups or None, groups done)
+
+
+@dataclass(frozen=True)
+class JudgeOptions:
+    """How to reach the judge and what to ask it."""
+
+    url: str  # OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1
+    model: str
+    rubric: str = DEFAULT_RUBRIC
+    api_key: str | None = None
+    reward_name: str = "judge"
+    splits: tuple[str, ...] = ()
+    max_group: int = 8
+    max_prompt_chars: int = 32_000
+    max_calls: int | None = None
+    concurrency: int = 4
+    timeout_s: float = 120.0
+    max_tokens: int = 1024
+    episode_timeout_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if self.max_group < 1 or self.concurrency < 1:
+            raise PipelineInputError("max_group and concurrency must be at least 1")
+        if not _REWARD_NAME.match(self.reward_name):
+            raise PipelineInputError(f"reward name {self.reward_name!r}: use letters, digits, '_', '.' or '-'")
+
+
+@dataclass
+class JudgeSummary:
+    scored: int = 0
+    failed: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    already_judged: int = 0
+    left_for_next_run: int = 0  # not sent: --max-calls was reached
+    calls: int = 0
+    groups: int = 0
+    alone: int = 0
+    tied_groups: int = 0
+    rewards_file: str = ""
+    judgments_file: str = ""
+
+    def messages(self, max_calls: int | None) -> list[str]:
+        """What a user should know about this run, in words."""
+        notes = []
+        if self.alone:
+            notes.append(f"{self.alone} episode(s) were the only one of their task and were judged alone, against the rubric only")
+        if self.tied_groups:
+            notes.append(f"{self.tied_groups} group(s) were scored all alike: no preference, so GRPO learns nothing from them")
+        if self.skipped.get("too_long"):
+            notes.append(f"{self.skipped['too_long']} episode(s) are too long for --max-prompt-chars and were not sent")
+        if self.failed:
+            notes.append(f"{self.failed} episode(s) could not be judged (answers and errors in {self.judgments_file}); "
+                         "the next run tries them again")
+        if self.left_for_next_run:
+            notes.append(f"--max-calls {max_calls} reached: {self.left_for_next_run} episode(s) left for the next run")
+        return notes
+
+
+@dataclass
+class _Episode:
+    episode_id: str
+    task_id: str | None
+    turns: list[dict[str, str]]
+
+
+def output_folder(spans: str, out: str | Path | None) -> Path:
+    """Where rewards/ and judgments/ go: ``out``, or the data dir itself when ``spans`` is a local one."""
+    if out is not None:
+        return Path(out)
+    root = Path(spans)
+    if "://" not in spans and (root / "spans").is_dir():
+        return root
+    raise PipelineInputError(
+        f"{spans} is not a local data dir (holding spans/): pass --out FOLDER for the judge's rewards/ and judgments/, "
+        "then give build-dataset --rewards FOLDER/rewards/NAME.parquet"
+    )
+
+
+def _episodes(spans: str, options: JudgeOptions) -> list[_Episode]:
+    """The finished episodes (of ``options.splits``) with their turns, judge calls left out."""
+    analysis = analyze(spans, BuildOptions(splits=options.splits, episode_timeout_s=options.episode_timeout_s, default_rules=False))
+    try:
+        calls = analysis.con.sql(
+            "SELECT episode_id, task_id, start_ns, span_id, trace_id, content_layout, file_index, file_row FROM policy_calls"
+        ).to_arrow_table()
+        calls = call_messages(analysis.con, analysis.files, calls)
+    finally:
+        analysis.con.close()
+    by_episode: dict[str, list[dict[str, Any]]] = {}
+    for row in calls.to_pylist():
+        by_episode.setdefault(row["episode_id"], []).append(row)
+    episodes = []
+    for episode_id in sorted(by_episode):
+        rows = sorted(by_episode[episode_id], key=lambda r: (r["start_ns"], r["span_id"]))
+        turns = transcript([(r["input_messages"], r["output_messages"]) for r in rows])
+        episodes.append(_Episode(episode_id, rows[0]["task_id"], turns))
+    return episodes
+
+
+def _fits(episodes: list[_Episode], options: JudgeOptions) -> bool:
+    return prompt_chars(judge_messages(options.rubric, [e.turns for e in episodes])) <= options.max_prompt_chars
+
+
+def _parts(group: list[_Episode], options: JudgeOptions) -> list[list[_Episode]]:
+    """``group`` split into parts of at most ``max_group`` episodes whose prompt fits ``max_prompt_chars``
+    (balanced sizes, so no part is left with one episode when it need not be)."""
+    n_parts = -(-len(group) // options.max_group)
+    size = -(-len(group) // n_parts)
+    fitted: list[list[_Episode]] = []
+    for start in range(0, len(group), size):
+        part = group[start: start + size]
+        while part:
+            take = len(part)
+            while take > 1 and not _fits(part[:take], options):
+                take -= 1
+            fitted.append(part[:take])
+            part = part[take:]
+    return fitted
+
+
+class _Judge:
+    """Calls the judge for one part at a time (thread-safe); counts calls against ``max_calls``."""
+
+    def __init__(self, options: JudgeOptions) -> None:
+        self.options = options
+        headers = {"Authorization": f"Bearer {options.api_key}"} if options.api_key else {}
+        self.client = httpx.Client(timeout=options.timeout_s, headers=headers)
+        self.url = options.url.rstrip("/") + "/chat/completions"
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def _may_call(self) -> bool:
+        with self._lock:
+            if self.options.max_calls is not None and self.calls >= self.options.max_calls:
+                return False
+            self.calls += 1
+            return True
+
+    def _ask(self, messages: list[dict[str, str]]) -> str:
+        """The judge's answer text; raises httpx errors for a failed call."""
+        body = {"model": self.options.model, "messages": messages, "temperature": 0.0, "max_tokens": self.options.max_tokens}
+        token = context.attach(baggage.set_baggage(A.AGENT_NAME, A.JUDGE_AGENT))
+        try:
+            with suppress_instrumentation():
+                response = self.client.post(self.url, json=body)
+        finally:
+            context.detach(token)
+        if response.status_code >= 400:
+            raise httpx.HTTPStatusError(f"HTTP {response.status_code}: {response.text[:500]}", request=response.request, response=response)
+        return response.json()["choices"][0]["message"].get("content") or ""
+
+    def judge(self, part: list[_Episode]) -> dict[str, Any] | None:
+        """``{"scores": [...]}`` or ``{"error": ...}`` with the answers and errors of each attempt;
+        ``None`` when ``max_calls`` left no call for it."""
+        messages = judge_messages(self.options.rubric, [e.turns for e in part])
+        attempts: list[dict[str, str]] = []
+        for _ in range(2):
+            if not self._may_call():
+                break
+            try:
+                answer = self._ask(messages)
+            except httpx.HTTPStatusError as exc:
+                attempts.append({"error": str(exc)})
+                if exc.response.status_code < 500 and exc.response.status_code != 429:
+                    break  # the request itself is wrong (context too long, unknown model): the same again fails the same
+                continue
+            except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+                attempts.append({"error": f"{type(exc).__name__}: {exc}"})
+                continue
+            try:
+                scores = parse_scores(answer, len(part))
+            except JudgeAnswerError as exc:
+                attempts.append({"answer": answer, "error": str(exc)})
+                continue
+            attempts.append({"answer": answer})
+            return {"messages": messages, "attempts": attempts, "scores": scores}
+        if not attempts:
+            return None
+        return {"messages": messages, "attempts": attempts, "error": attempts[-1]["error"]}
+
+
+def _records(part: list[_Episode], result: dict[str, Any], options: JudgeOptions, rubric: str, group: str) -> list[dict[str, Any]]:
+    now = time.time()
+    common = {"judge_model": options.model, "rubric_sha256": rubric, "group": group, "group_size": len(part), "unix": now}
+    lines: list[dict[str, Any]] = [{"kind": "group", **common, "episodes": [e.episode_id for e in part],
+                                    "prompt": result["messages"], "attempts": result["attempts"]}]
+    for i, episode in enumerate(part, 1):
+        line = {"kind": "episode", "episode_id": episode.episode_id, "task_id": episode.task_id, **common, "trajectory_id": i}
+        if "scores" in result:
+            score = result["scores"][i - 1]
+            line |= {"status": "scored", "score": score.value, "explanation": score.explanation, "reason": None}
+        else:
+            line |= {"status": "failed", "score": None, "reason": result["error"]}
+        lines.append(line)
+    return lines
+
+
+def _skipped(episode: _Episode, options: JudgeOptions, rubric: str, reason: str) -> dict[str, Any]:
+    return {"kind": "episode", "episode_id": episode.episode_id, "task_id": episode.task_id, "judge_model": options.model,
+            "rubric_sha256": rubric, "group": None, "group_size": 1, "trajectory_id": None, "unix": time.time(),
+            "status": "skipped", "score": None, "reason": reason}
+
+
+def write_rewards(log: JudgmentLog, path: Path, options: JudgeOptions, rubric: str) -> int:
+    """``path``: the scored episodes as late rewards with their provenance, replaced atomically; rows written."""
+    scored = [r for r in log.latest(options.model, rubric).values() if r["status"] == "scored"]
+    table = pa.table({
+        "episode_id": pa.array([r["episode_id"] for r in scored], pa.string()),
+        "name": pa.array([options.reward_name] * len(scored), pa.string()),
+        "value": pa.array([float(r["score"]) for r in scored], pa.float64()),
+        "judge_model": pa.array([r["judge_model"] for r in scored], pa.string()),
+        "rubric_sha256": pa.array([r["rubric_sha256"] for r in scored], pa.string()),
+        "group": pa.array([r["group"] for r in scored], pa.string()),
+        "group_size": pa.array([r["group_size"] for r in scored], pa.int32()),
+    })
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+    return len(scored)
+
+
+def judge(spans: str, options: JudgeOptions, out: str | Path | None = None, progress: Progress | None = None) -> JudgeSummary:
+    """Judge the finished, not yet judged episodes of ``spans``; write judgments and rewards; return the counts."""
+    folder = output_folder(str(spans), out)
+    log = JudgmentLog(folder / "judgments" / f"{options.reward_name}.jsonl")
+    rewards_path = folder / "rewards" / f"{options.reward_name}.parquet"
+    rubric = rubric_sha256(options.rubric)
+    summary = JudgeSummary(rewards_file=str(rewards_path), judgments_file=str(log.path))
+    report = progress or (lambda what, total, done: None)
+    report("reading episodes", None, 0)
+    previous = log.latest(options.model, rubric)
+    todo: dict[str | None, list[_Episode]] = {}
+    skipped: list[dict[str, Any]] = []
+    for episode in _episodes(str(spans), options):
+        if previous.get(episode.episode_id, {}).get("status") in FINAL_STATUSES:
+            summary.already_judged += 1
+        elif prompt_chars(judge_messages(options.rubric, [episode.turns])) > options.max_prompt_chars:
+            skipped.append(_skipped(episode, options, rubric, "too_long"))
+        else:
+            # episodes without a task have nothing to be compared with: each is its own group
+            todo.setdefault(episode.task_id if episode.task_id is not None else f"\0{episode.episode_id}", []).append(episode)
+    if skipped:
+        log.append(skipped)
+        summary.skipped["too_long"] = len(skipped)
+    parts = [part for group in todo.values() for part in _parts(group, options)]
+    summary.groups = len(parts)
+    judge_client = _Judge(options)
+    report("judging", len(parts), 0)
+    with ThreadPoolExecutor(max_workers=options.concurrency) as pool:
+        futures = {pool.submit(judge_client.judge, part): part for part in parts}
+        for done, future in enumerate(as_completed(futures), 1):
+            part = futures[future]
+            result = future.result()
+            if result is None:
+                summary.left_for_next_run += len(part)
+            else:
+                group = hashlib.sha256(",".join(e.episode_id for e in part).encode()).hexdigest()[:16]
+                log.append(_records(part, result, options, rubric, group))
+                if "scores" in result:
+                    summary.scored += len(part)
+                    summary.alone += len(part) == 1
+                    values = {s.value for s in result["scores"]}
+                    summary.tied_groups += len(part) > 1 and len(values) == 1
+                else:
+                    summary.failed += len(part)
+            report("judging", len(parts), done)
+    judge_client.client.close()
+    summary.calls = judge_client.calls
+    write_rewards(log, rewards_path, options, rubric)
+    return summary
