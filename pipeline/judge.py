@@ -51,6 +51,7 @@ from tracerl.pipeline.judge_prompt import (
 from tracerl.pipeline.judgment_log import FINAL_STATUSES, JudgmentLog
 from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.source import PipelineInputError
+from tracerl.pipeline.sql_text import sql_str
 from tracerl.pipeline.writer import call_messages
 from tracerl.schemas import attributes as A
 
@@ -134,23 +135,41 @@ def output_folder(spans: str, out: str | Path | None) -> Path:
     )
 
 
+# tools that ran after the episode's last LLM call: their outcome is in no prompt, yet it may be the
+# episode's answer (an agent that returns its tool's result); shown when the span records a result or an error
+_FINAL_TOOLS_SQL = f"""
+    SELECT s.episode_id, coalesce(attr(s.attributes, {sql_str(A.GEN_AI_TOOL_NAME)}), s.name),
+           attr(s.attributes, {sql_str(A.GEN_AI_TOOL_CALL_RESULT)}), s.status_code, s.status_message
+    FROM spans s JOIN (SELECT episode_id, max(end_ns) AS last_end FROM policy_calls GROUP BY 1) l USING (episode_id)
+    WHERE s.is_tool AND s.start_time_unix_nano >= l.last_end
+      AND (s.status_code = 'ERROR' OR attr(s.attributes, {sql_str(A.GEN_AI_TOOL_CALL_RESULT)}) IS NOT NULL)
+    ORDER BY s.episode_id, s.start_time_unix_nano, s.span_id
+"""
+
+
 def _episodes(spans: str, options: JudgeOptions) -> list[_Episode]:
-    """The finished episodes (of ``options.splits``) with their turns, judge calls left out."""
+    """The finished episodes (of ``options.splits``) with their turns, judge calls left out, and the
+    outcome of tools that ran after their last call."""
     analysis = analyze(spans, BuildOptions(splits=options.splits, episode_timeout_s=options.episode_timeout_s, default_rules=False))
     try:
         calls = analysis.con.sql(
             "SELECT episode_id, task_id, start_ns, span_id, trace_id, content_layout, file_index, file_row FROM policy_calls"
         ).to_arrow_table()
         calls = call_messages(analysis.con, analysis.files, calls)
+        outcomes = analysis.con.execute(_FINAL_TOOLS_SQL).fetchall()
     finally:
         analysis.con.close()
+    final_tools: dict[str, list[dict[str, str]]] = {}
+    for episode_id, tool, result, status, message in outcomes:
+        text = f"{tool} failed: {message or 'error'}" if status == "ERROR" else f"{tool} returned: {result}"
+        final_tools.setdefault(episode_id, []).append({"role": "tool", "content": text})
     by_episode: dict[str, list[dict[str, Any]]] = {}
     for row in calls.to_pylist():
         by_episode.setdefault(row["episode_id"], []).append(row)
     episodes = []
     for episode_id in sorted(by_episode):
         rows = sorted(by_episode[episode_id], key=lambda r: (r["start_ns"], r["span_id"]))
-        turns = transcript([(r["input_messages"], r["output_messages"]) for r in rows])
+        turns = transcript([(r["input_messages"], r["output_messages"]) for r in rows]) + final_tools.get(episode_id, [])
         episodes.append(_Episode(episode_id, rows[0]["task_id"], turns))
     return episodes
 

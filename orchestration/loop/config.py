@@ -45,6 +45,12 @@ class LoopConfig:
     # logits by ~1e-7, enough to flip a sampled token now and then (measured: one held-out episode in round 9
     # of two same-seed demo runs at 16). On the tiny model a round took about as long at 1 as at 16.
     concurrency: int = 1
+    # rewards from a judge model instead of the agent's own: each round's training episodes are scored by
+    # `tracerl pipeline judge` at this OpenAI-compatible URL and only those scores are trained on (the agent's
+    # own rewards still give the round's train and held-out means)
+    judge_url: str | None = None
+    judge_model: str = "judge"
+    judge_rubric: Path | None = None  # a text file; None: the pipeline's default rubric
     backend: str = BACKENDS[0]
     train: TrainConfig = field(default_factory=TrainConfig)
     openrlhf: OpenRLHFOptions = field(default_factory=OpenRLHFOptions)

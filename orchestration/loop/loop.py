@@ -159,6 +159,24 @@ def agents_pattern(names: str | None) -> str | None:
     return "^(" + "|".join(re.escape(n.strip()) for n in names.split(",") if n.strip()) + ")$"
 
 
+JUDGE_REWARD = "judge"
+
+
+def judge_round(data_dir: Path, cfg: LoopConfig) -> dict[str, int]:
+    """Score the round's training episodes with the judge (``tracerl pipeline judge``); the row's counts.
+
+    The scores are written into the round's data dir, where the build finds them; the build then
+    weighs only them among outcome rewards, so the agent's own reward never reaches training.
+    """
+    from tracerl.pipeline.judge import JudgeOptions, judge
+
+    rubric = {"rubric": cfg.judge_rubric.read_text(encoding="utf-8")} if cfg.judge_rubric else {}
+    options = JudgeOptions(url=cfg.judge_url, model=cfg.judge_model, reward_name=JUDGE_REWARD, splits=("train",),
+                           concurrency=cfg.concurrency, **rubric)
+    summary = judge(str(data_dir), options)
+    return {"judged": summary.scored, "judge_failed": summary.failed, "judge_calls": summary.calls}
+
+
 def mean_rewards_by_split(data_dir: Path) -> dict[str, float]:
     """Mean episode reward per split, read back from the captured reward spans."""
     query = f"""
@@ -330,11 +348,17 @@ def run_loop(
             with clock("rollout"):
                 run_agent(recipe, tasks_file, round_dir / "data", served.base_url, cfg.concurrency, cfg.max_tokens, cfg.agent_args, agent_models)
             rewards = mean_rewards_by_split(round_dir / "data")
+            judged = {}
+            if cfg.judge_url:
+                phase(rnd, "judging the training episodes")
+                with clock("judge"):
+                    judged = judge_round(round_dir / "data", cfg)
             phase(rnd, "building the dataset")
             with clock("build"):
                 manifest = build_dataset(
                     round_dir / "data", round_dir / "dataset", splits=("train",),
                     credit=cfg.credit, gamma=cfg.gamma, default_rules=cfg.air, agents=agents_pattern(cfg.agents), policies=cfg.policies,
+                    reward_weights={JUDGE_REWARD: 1.0} if cfg.judge_url else {},
                 )
             calls = manifest["counts"]["llm_calls"]
             for name, missing in calls["policy_agents_unseen"].items():
@@ -346,6 +370,7 @@ def run_loop(
                 "eval_mean_reward": rewards.get("test"),
                 "transitions": int(manifest["counts"]["transitions"]),
                 **({"wrong_policy_calls": calls["skipped"].get("wrong_policy", 0)} if several else {}),
+                **judged,
             }
             per_policy = {}
             for policy in policies:

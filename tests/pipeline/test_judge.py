@@ -25,7 +25,7 @@ from tracerl.pipeline.source import PipelineInputError
 from tracerl.schemas import attributes as A
 from tracerl_testing.judges import dropping_server, garbage_judge, scripted_judge, trajectories
 from tracerl_testing.scripted_server import running_scripted_server
-from tracerl_testing.span_builders import episode_span, llm_call, write_spans
+from tracerl_testing.span_builders import episode_span, llm_call, tool_span, write_spans
 
 
 def _text(role: str, content: str) -> dict:
@@ -160,6 +160,17 @@ def test_an_untrained_model_as_judge_is_handled(unlabelled, tiny_checkpoint):
     assert summary.failed + summary.left_for_next_run == 6 and summary.scored == 0
     attempts = [a for g in JudgmentLog(unlabelled / "judgments" / "judge.jsonl").records() if g["kind"] == "group" for a in g["attempts"]]
     assert attempts and all("answer" in a and a["error"] for a in attempts)  # whatever it said is kept, with why it is no score
+
+
+def test_the_judge_also_sees_what_tools_did_after_the_last_call(data_dir):
+    """An agent whose answer is its tool's result never shows that result to its model: the judge sees it."""
+    write_spans(data_dir, [*_episode("e1", "t1", "calling"), tool_span("e1", "t1", 30, 40, result="4"),
+                           *_episode("e2", "t1", "calling"), tool_span("e2", "t2", 30, 40, status="ERROR", status_message="bad input")])
+    with running_scripted_server(scripted_judge(right_answer)) as server:
+        judge(str(data_dir), JudgeOptions(url=server.base_url, model="m"))
+        context, texts = trajectories(server.calls[0].request)
+    assert context.endswith("[assistant] calling")  # what both episodes did alike is shown once
+    assert texts == ["[tool] calculator returned: 4", "[tool] calculator failed: bad input"]
 
 
 def test_the_judges_own_calls_are_never_policy_calls(data_dir):

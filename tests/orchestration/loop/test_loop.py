@@ -36,3 +36,28 @@ def test_short_loop_trains_and_refreshes_the_endpoint(tmp_path):
     assert (tmp_path / "run" / "policy" / "v1" / "config.json").exists()
     assert (tmp_path / "run" / "reward_curve.png").stat().st_size > 1000
     assert (0, "running the agent") in phases and (0, "training") in phases
+
+
+@pytest.mark.slow
+def test_with_a_judge_each_round_trains_on_the_judges_scores_alone(tmp_path):
+    """--judge-url: the round's training episodes are judged in its data dir and the build weighs only
+    those scores; the agent's own rewards still give the round's means."""
+    import pyarrow.parquet as pq
+
+    from tracerl_testing.judges import scripted_judge
+    from tracerl_testing.scripted_server import running_scripted_server
+
+    start = build_tiny_model(tmp_path / "start", seed=1)
+    with running_scripted_server(scripted_judge(lambda context, text: round(len(text) % 5 / 4, 2))) as judge:
+        cfg = LoopConfig(
+            out=tmp_path / "run", rounds=1, tasks_per_round=4, group_size=2, eval_tasks=2, seed=0,
+            model=str(start), train=TrainConfig(epochs=1, minibatch_size=8), air=False, judge_url=judge.base_url, judge_model="j",
+        )
+        rows = run_loop(DEMO, cfg)
+        asked = len(judge.calls)
+    assert [(r["judged"], r["judge_failed"]) for r in rows] == [(8, 0), (8, 0)] and asked == 8  # 4 groups of 2 a round
+    round_dir = tmp_path / "run" / "rounds" / "000"
+    scores = {r["episode_id"]: r["value"] for r in pq.read_table(round_dir / "data" / "rewards" / "judge.parquet").to_pylist()}
+    returns = {r["episode_id"]: r["return"] for r in pq.read_table(round_dir / "dataset").to_pylist()}
+    assert returns == scores  # identical credit: every call's return is its episode's judge score
+    assert 0.0 <= rows[0]["train_mean_reward"] <= 1.0  # the agent's own reward, still measured
