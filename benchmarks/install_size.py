@@ -33,11 +33,12 @@ def folder_mib(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink()) / 2**20
 
 
-def median_seconds(command: list[str], env: dict[str, str], repeat: int) -> float:
+def median_seconds(command: list[str], env: dict[str, str], repeat: int, cwd: Path) -> float:
+    """Run outside the checkout: under ``python -c`` its tracerl/ folder would shadow the installed package."""
     times = []
     for _ in range(repeat):
         started = time.perf_counter()
-        subprocess.run(command, env=env, check=True, capture_output=True, timeout=120)
+        subprocess.run(command, env=env, check=True, capture_output=True, timeout=120, cwd=cwd)
         times.append(time.perf_counter() - started)
     return statistics.median(times)
 
@@ -60,8 +61,8 @@ def main() -> None:
         figures[name] = {
             "MiB": folder_mib(site),
             "other parts": len(importable(python, AGENT_MODULES_ABSENT)),
-            "tracerl run": median_seconds(launcher, env, args.repeat),
-            "agent": median_seconds(agent, env, args.repeat),
+            "tracerl run": median_seconds(launcher, env, args.repeat, out),
+            "agent": median_seconds(agent, env, args.repeat, out),
         }
     print(f"\n| install | site-packages MiB | other parts' modules present (of {len(AGENT_MODULES_ABSENT)}) | `tracerl run` + agent, s | agent alone, s |")
     print("|---|---|---|---|---|")
