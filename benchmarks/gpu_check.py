@@ -16,14 +16,15 @@ on any machine with pip, from the repository root::
     PL="--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any"
     pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $PL -d .whl \\
         openrlhf==0.11.2 hjson pydantic==2.14.4 pydantic-core==2.50.5 annotated-types typing-inspection \\
-        orjson pylatexenc torchdata datasets dill multiprocess
+        orjson pylatexenc torchdata datasets dill multiprocess starlette uvicorn  # the last two: the trainer tests
     DS_BUILD_OPS=0 pip wheel --no-deps --no-build-isolation -w .whl deepspeed==0.19.6
     # flash-attn's Python parts (OpenRLHF imports them; its CUDA kernels are not needed: sdpa runs)
     mkdir -p .whl/site && cp -r "$(python -c 'import flash_attn,os;print(os.path.dirname(flash_attn.__file__))')" .whl/site/
 
-and on the GPU machine::
+and on the GPU machine, ``bash benchmarks/gpu_suite.sh`` (installs and runs the checks below and the
+trainer tests, each within a time limit), or by hand::
 
-    pip install --no-index --no-deps --target /tmp/site .whl/*.whl && pip install --no-deps --no-build-isolation --target /tmp/site .
+    pip install --no-index --no-deps --target /tmp/site .whl/*.whl && pip install --no-deps --no-build-isolation --target /tmp/site . ./testing
     PYTHONPATH=/tmp/site:.whl/site python benchmarks/gpu_check.py                 # 1.5B, ZeRO-2, full weights
     PYTHONPATH=/tmp/site:.whl/site python benchmarks/gpu_check.py --zero-stage 3
     PYTHONPATH=/tmp/site:.whl/site python benchmarks/gpu_check.py --lora-rank 16
@@ -56,6 +57,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--micro-batch", type=int, default=None, help="samples per forward/backward (default 4, tiny 2)")
     p.add_argument("--zero-stage", type=int, default=2)
     p.add_argument("--lora-rank", type=int, default=0)
+    p.add_argument("--adam-offload", action="store_true", help="openrlhf: Adam's states in host memory")
     p.add_argument("--untied", action="store_true", help="separate input and output embeddings (Qwen2.5-1.5B ties them)")
     p.add_argument("--backends", default="torch,openrlhf")
     p.add_argument("--out", type=Path, default=Path("/tmp/tracerl-gpu-check"))
@@ -103,7 +105,7 @@ def check_backend(backend: str, folder: Path, samples, reference, args: argparse
         lora_rank=args.lora_rank, gradient_checkpointing=device.type == "cuda",
     )
     began = time.perf_counter()
-    trainer = load_trainer(backend, folder, config, OpenRLHFOptions(zero_stage=args.zero_stage) if backend == "openrlhf" else None)
+    trainer = load_trainer(backend, folder, config, OpenRLHFOptions(zero_stage=args.zero_stage, adam_offload=args.adam_offload) if backend == "openrlhf" else None)
     load_seconds = time.perf_counter() - began
     trainer_lp = trainer.action_logprobs(samples)
     diffs = [abs(a - b) for mine, ref in zip(trainer_lp, reference) for a, b in zip(mine, ref)]
@@ -157,7 +159,7 @@ def run(args: argparse.Namespace, stdout) -> None:
         "torch_version": torch.__version__, "model": name,
         "parameters": stored_parameters(folder),
         "samples": args.samples, "tokens_per_sample": args.prompt_tokens + args.response_tokens, "minibatch": args.minibatch,
-        "zero_stage": args.zero_stage, "lora_rank": args.lora_rank,
+        "zero_stage": args.zero_stage, "lora_rank": args.lora_rank, "adam_offload": args.adam_offload,
         "tied_embeddings": shape["tie_word_embeddings"], "build_seconds": round(build_seconds, 1),
     }
     for backend in args.backends.split(","):

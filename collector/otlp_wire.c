@@ -21,8 +21,10 @@
  *                change nothing.
  *     packed:    ((attribute key, prefix, item size), ...): token attributes that may come
  *                packed ("tokpack:i4:<base64>", schemas/tokens.py). A span's value of such a
- *                key that is a packed string in the form unpack() reads is returned as the
- *                items' little-endian bytes in its column and left out of the attributes;
+ *                key that is a packed string in the form unpack() reads, or (prefixes ending
+ *                "i4:" / "f4:") a plain OTel array of int / double items that decode_array
+ *                stores as they are (plain_items()), is returned as the items' little-endian
+ *                bytes in its column and left out of the attributes;
  *                otherwise the column holds None and the value stays in the attributes
  *                (where such a key may sit at another position than in key_values: the
  *                column builder takes it out of the attributes anyway).
@@ -40,6 +42,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -60,6 +64,7 @@ typedef struct {
     PyObject *key_str; /* borrowed from the caller's argument */
     const char *key, *prefix;
     Py_ssize_t key_size, prefix_size, itemsize;
+    char kind; /* 'i' (int32) or 'f' (float32) for a prefix "...i4:" / "...f4:": plain arrays of it are read too; 0: not */
 } Packed;
 
 typedef struct {
@@ -343,27 +348,34 @@ static PyObject *decode_any_value(Decoder *d, const uint8_t *p, const uint8_t *e
     return fail(d, p, "internal: unknown AnyValue kind"), NULL;
 }
 
-/* KeyValue { string key = 1; AnyValue value = 2; int32 key_strindex = 3; }: new references to
- * its key and value (None when it has none), and the key's bytes. */
-static int read_key_value(Decoder *d, const uint8_t *p, const uint8_t *end, int depth, PyObject **key_out,
-                          PyObject **value_out, const uint8_t **key_bytes, Py_ssize_t *key_size) {
-    const uint8_t *value = NULL, *value_end = NULL;
+/* KeyValue { string key = 1; AnyValue value = 2; int32 key_strindex = 3; }: its key's bytes and its
+ * value's (value NULL when it has none), undecoded. */
+static int read_key_value_bytes(Decoder *d, const uint8_t *p, const uint8_t *end, const uint8_t **key_bytes,
+                                Py_ssize_t *key_size, const uint8_t **value, const uint8_t **value_end) {
     uint32_t field;
     int wire_type;
     *key_bytes = p;
     *key_size = 0;
+    *value = *value_end = NULL;
     while (p < end) {
         const uint8_t *at = p;
         if (read_tag(d, &p, end, &field, &wire_type)) return -1;
         if (field == 1) {
             if (read_bytes(d, at, wire_type, &p, end, key_bytes, key_size)) return -1;
         } else if (field == 2) {
-            if (read_once(d, at, wire_type, &p, end, &value, &value_end, "KeyValue with two values")) return -1;
+            if (read_once(d, at, wire_type, &p, end, value, value_end, "KeyValue with two values")) return -1;
         } else if (skip_field(d, &p, end, wire_type)) {
             return -1;
         }
     }
-    if ((*key_out = make_str(d, *key_bytes, *key_size)) == NULL) return -1;
+    return 0;
+}
+
+/* A KeyValue read by read_key_value_bytes, made Python: new references to its key and value
+ * (None when it has none). */
+static int make_key_value(Decoder *d, const uint8_t *key_bytes, Py_ssize_t key_size, const uint8_t *value,
+                          const uint8_t *value_end, int depth, PyObject **key_out, PyObject **value_out) {
+    if ((*key_out = make_str(d, key_bytes, key_size)) == NULL) return -1;
     if (value == NULL) {
         Py_INCREF(Py_None);
         *value_out = Py_None;
@@ -377,9 +389,11 @@ static int read_key_value(Decoder *d, const uint8_t *p, const uint8_t *end, int 
 /* dict[key] = value of a KeyValue: the last of repeated keys wins, at its first position. */
 static int add_key_value(Decoder *d, PyObject *dict, const uint8_t *p, const uint8_t *end, int depth) {
     PyObject *key, *value;
-    const uint8_t *key_bytes;
+    const uint8_t *key_bytes, *value_bytes, *value_end;
     Py_ssize_t key_size;
-    if (read_key_value(d, p, end, depth, &key, &value, &key_bytes, &key_size)) return -1;
+    if (read_key_value_bytes(d, p, end, &key_bytes, &key_size, &value_bytes, &value_end) ||
+        make_key_value(d, key_bytes, key_size, value_bytes, value_end, depth, &key, &value))
+        return -1;
     int rc = PyDict_SetItem(dict, key, value);
     Py_DECREF(key);
     Py_DECREF(value);
@@ -436,37 +450,113 @@ static PyObject *unpack(const Packed *packed, PyObject *value) {
     return out;
 }
 
-/* A span attribute. A packed token array (Decoder.packed) this decodes goes to tokens[i] as its
- * items' bytes and is not in the dict; anything else goes into the dict. The last of repeated
- * keys wins either way, as in key_values. */
+/* The items of a token attribute sent as a plain OTel array (what every producer but tracerl's
+ * capture sends): ``any_value`` holds an ArrayValue of int_value items in int32 range (kind
+ * 'i') or of double_value items within float32 range (kind 'f'), returned as their
+ * little-endian int32 / float32 bytes, as decode_array makes them, with no Python object per
+ * item. NULL without an error for any other value, malformed ones included: the generic path
+ * then decodes it to a list (and decode_array accepts or rejects it, or the request falls back
+ * to protobuf, as before). */
+static PyObject *plain_items(Decoder *d, const Packed *packed, const uint8_t *p, const uint8_t *end) {
+    const uint8_t *array = NULL;
+    Py_ssize_t size = 0;
+    uint32_t field;
+    int wire_type;
+    PyObject *out = NULL;
+    while (p < end) { /* AnyValue holding array_value (5) alone */
+        const uint8_t *at = p;
+        if (read_tag(d, &p, end, &field, &wire_type) || field != 5 || array != NULL ||
+            read_bytes(d, at, wire_type, &p, end, &array, &size))
+            goto declined;
+    }
+    if (array == NULL) return NULL;
+    /* every item takes at least 4 bytes on the wire (tag, length, tag, value), so `size` bounds the output */
+    if ((out = PyBytes_FromStringAndSize(NULL, size)) == NULL) return NULL;
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+    const uint8_t *q = array, *q_end = array + size;
+    while (q < q_end) { /* ArrayValue { repeated AnyValue values = 1; } */
+        const uint8_t *at = q, *item;
+        Py_ssize_t item_size;
+        uint64_t scalar = 0;
+        int seen = 0;
+        if (read_tag(d, &q, q_end, &field, &wire_type) || field != 1 || read_bytes(d, at, wire_type, &q, q_end, &item, &item_size))
+            goto declined;
+        const uint8_t *item_end = item + item_size;
+        while (item < item_end) { /* the item's one value field, the same kind throughout */
+            if (read_tag(d, &item, item_end, &field, &wire_type)) goto declined;
+            if (packed->kind == 'i' ? field != 3 || wire_type != WT_VARINT || read_varint(d, &item, item_end, &scalar)
+                                    : field != 4 || wire_type != WT_I64 || read_fixed(d, &item, item_end, 8, &scalar))
+                goto declined;
+            seen = 1;
+        }
+        if (!seen) goto declined;
+        uint32_t bits;
+        if (packed->kind == 'i') {
+            int64_t value = (int64_t)scalar;
+            if (value < INT32_MIN || value > INT32_MAX) goto declined;
+            bits = (uint32_t)(int32_t)value;
+        } else {
+            double value;
+            memcpy(&value, &scalar, sizeof value);
+            if (isfinite(value) && fabs(value) > FLT_MAX) goto declined; /* decode_array rejects it */
+            float narrow = (float)value;
+            memcpy(&bits, &narrow, sizeof bits);
+        }
+        o[0] = (uint8_t)bits;
+        o[1] = (uint8_t)(bits >> 8);
+        o[2] = (uint8_t)(bits >> 16);
+        o[3] = (uint8_t)(bits >> 24);
+        o += 4;
+    }
+    if (_PyBytes_Resize(&out, o - (uint8_t *)PyBytes_AS_STRING(out))) return NULL;
+    return out;
+declined:
+    Py_XDECREF(out);
+    PyErr_Clear(); /* a malformed value: the generic path reads it again and says where */
+    return NULL;
+}
+
+/* A span attribute. A token array (Decoder.packed) this decodes, packed or plain, goes to
+ * tokens[i] as its items' bytes and is not in the dict; anything else goes into the dict. The
+ * last of repeated keys wins either way, as in key_values. */
 static int add_span_attribute(Decoder *d, PyObject **dict, PyObject **tokens, const uint8_t *at, const uint8_t **pp,
                               const uint8_t *end, int wire_type) {
-    const uint8_t *item, *key_bytes;
+    const uint8_t *item, *key_bytes, *value_bytes, *value_end;
     Py_ssize_t size, key_size;
-    PyObject *key, *value;
+    PyObject *key, *value = NULL, *items = NULL;
     if (read_bytes(d, at, wire_type, pp, end, &item, &size)) return -1;
     if (*dict == NULL && (*dict = PyDict_New()) == NULL) return -1;
-    if (read_key_value(d, item, item + size, ATTRIBUTE_DEPTH, &key, &value, &key_bytes, &key_size)) return -1;
-    int rc = 0, i = 0, unpacked = 0;
+    if (read_key_value_bytes(d, item, item + size, &key_bytes, &key_size, &value_bytes, &value_end)) return -1;
+    int i = 0;
     while (i < d->n_packed && (d->packed[i].key_size != key_size || memcmp(d->packed[i].key, key_bytes, (size_t)key_size)))
         i++;
-    if (i < d->n_packed) {
-        PyObject *items = unpack(&d->packed[i], value);
-        if (items == NULL && PyErr_Occurred()) {
-            rc = -1;
-        } else {
-            Py_XSETREF(tokens[i], items);
-            unpacked = items != NULL;
+    if (i < d->n_packed && d->packed[i].kind && value_bytes != NULL) {
+        items = plain_items(d, &d->packed[i], value_bytes, value_end);
+        if (items == NULL && PyErr_Occurred()) return -1;
+    }
+    if (items != NULL) {
+        if ((key = make_str(d, key_bytes, key_size)) == NULL) {
+            Py_DECREF(items);
+            return -1;
+        }
+    } else {
+        if (make_key_value(d, key_bytes, key_size, value_bytes, value_end, ATTRIBUTE_DEPTH, &key, &value)) return -1;
+        if (i < d->n_packed && (items = unpack(&d->packed[i], value)) == NULL && PyErr_Occurred()) {
+            Py_DECREF(key);
+            Py_DECREF(value);
+            return -1;
         }
     }
-    if (rc == 0 && !unpacked) {
+    int rc;
+    if (i < d->n_packed) Py_XSETREF(tokens[i], items); /* NULL too: an earlier value of the key is replaced */
+    if (items == NULL) {
         rc = PyDict_SetItem(*dict, key, value);
-    } else if (rc == 0) { /* drop an earlier value of the key */
+    } else { /* drop an earlier value of the key */
         rc = PyDict_Contains(*dict, key);
         if (rc > 0) rc = PyDict_DelItem(*dict, key);
     }
     Py_DECREF(key);
-    Py_DECREF(value);
+    Py_XDECREF(value);
     return rc < 0 ? -1 : 0;
 }
 
@@ -800,6 +890,10 @@ static int read_packed(Decoder *d, PyObject *packed) {
             PyErr_SetString(PyExc_ValueError, "item size must be positive");
             return -1;
         }
+        p->kind = 0;
+        if (p->itemsize == 4 && p->prefix_size >= 3 && !memcmp(p->prefix + p->prefix_size - 2, "4:", 2) &&
+            (p->prefix[p->prefix_size - 3] == 'i' || p->prefix[p->prefix_size - 3] == 'f'))
+            p->kind = p->prefix[p->prefix_size - 3];
     }
     return 0;
 }

@@ -135,7 +135,7 @@ def test_random_requests(seed: int) -> None:
 def test_sdk_spans(packed: bool) -> None:
     bodies = encode_batches(make_spans(300, packed=packed, llm_every=3, prompt_tokens=40, completion_tokens=7), 128)
     unpacked = sum(_assert_same(body) for body in bodies)
-    assert unpacked == (3 * 100 if packed else 0)  # every packed token attribute, by the decoder
+    assert unpacked == 3 * 100  # every token attribute, packed or a plain array, by the decoder
 
 
 def test_edge_values() -> None:
@@ -231,6 +231,57 @@ def test_packed_token_attributes_are_unpacked() -> None:
     assert prompt == struct.pack("<4i", *ids) and completion is None and logprob_bytes == struct.pack("<3f", *logprobs)
     table, converted = TRACES.table.build(request, body)  # the completion ids are floats: rejected, like the row path
     assert table.num_rows == 0 and converted.rejected == 1 and A.COMPLETION_TOKEN_IDS in converted.message
+
+
+# --- token attributes as plain OTel arrays (every producer but tracerl's capture) ---------------
+
+# the items of such arrays: the clean kinds (int32 ids, float32-range log-probs) and every kind
+# decode_array must see for itself (ints past int32, floats past float32, bools, strings, nesting)
+array_items = st.one_of(
+    st.integers(-(2**31), 2**31 - 1).map(lambda v: AnyValue(int_value=v)),
+    st.integers(-(2**63), 2**63 - 1).map(lambda v: AnyValue(int_value=v)),
+    st.floats(width=32).map(lambda v: AnyValue(double_value=v)),
+    st.floats().map(lambda v: AnyValue(double_value=v)),
+    st.sampled_from([AnyValue(bool_value=True), AnyValue(string_value="7"), AnyValue(),
+                     AnyValue(array_value=ArrayValue(values=[AnyValue(int_value=1)]))]),
+)
+plain_arrays = st.one_of(
+    st.lists(st.integers(-(2**31), 2**31 - 1), max_size=12).map(lambda vs: [AnyValue(int_value=v) for v in vs]),
+    st.lists(st.floats(width=32), max_size=12).map(lambda vs: [AnyValue(double_value=v) for v in vs]),
+    st.lists(array_items, max_size=6),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(values=st.lists(st.tuples(st.sampled_from(TOKEN_KEYS + ["other.ids"]), plain_arrays), min_size=1, max_size=5))
+def test_plain_token_arrays(values: list[tuple[str, list[AnyValue]]]) -> None:
+    """Plain arrays of int / double items, on token keys and another key, clean and not, repeated
+    keys: the decoder turns exactly those decode_array stores as they are into its bytes; the
+    rest (and every array on another key) stay lists, and the table and rejections are the row path's."""
+    request = ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8)
+    for key, items in values:
+        span.attributes.add(key=key, value=AnyValue(array_value=ArrayValue(values=items)))
+    _assert_same(request.SerializeToString())
+
+
+def test_plain_token_arrays_become_bytes_and_other_arrays_stay_lists() -> None:
+    ids, logprobs = [0, -1, 2**31 - 1, 50_000], [-0.5, float("nan"), -0.0, float("-inf")]
+    request = ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8)
+    for key, items in [(A.PROMPT_TOKEN_IDS, [AnyValue(int_value=v) for v in ids]),
+                       (A.COMPLETION_LOGPROBS, [AnyValue(double_value=v) for v in logprobs]),
+                       (A.COMPLETION_TOKEN_IDS, [AnyValue(int_value=2**31)]),  # past int32: decode_array rejects it
+                       ("app.ids", [AnyValue(int_value=v) for v in ids])]:
+        span.attributes.add(key=key, value=AnyValue(array_value=ArrayValue(values=items)))
+    body = request.SerializeToString()
+    assert _assert_same(body) == 2
+    (*_, attributes, _events, _links, prompt, completion, logprob_bytes), _check = (
+        [column[0] for column in decode(body)[2]], decode(body)[3])
+    assert prompt == struct.pack("<4i", *ids) and logprob_bytes == struct.pack("<4f", *logprobs) and completion is None
+    assert attributes == {A.COMPLETION_TOKEN_IDS: [2**31], "app.ids": ids}
+    table, converted = TRACES.table.build(request, body)
+    assert table.num_rows == 0 and converted.rejected == 1 and "int32" in converted.message
 
 
 # --- future fields: skipped as protobuf skips them, except inside AnyValue --------------------

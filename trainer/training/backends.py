@@ -23,8 +23,8 @@ def load_trainer(
 
         return OpenRLHFTrainer(model_path, config, options or OpenRLHFOptions())
     if backend == "torch":
-        if options is not None and (options.reference_model or options.zero_stage != OpenRLHFOptions.zero_stage):
-            raise ValueError("--ref-model and --zero-stage are options of --backend openrlhf")
+        if options is not None and options != OpenRLHFOptions(lora_target_modules=options.lora_target_modules):
+            raise ValueError("--ref-model, --kl-coef, --zero-stage and --adam-offload are options of --backend openrlhf")
         from tracerl.trainer.training.torch_backend import PolicyTrainer
 
         return PolicyTrainer(model_path, config)

@@ -57,6 +57,11 @@ class OpenRLHFOptions:
     """What only this backend has; defaults suit one device and scale up on GPUs."""
 
     zero_stage: int = 2
+    # Adam's fp32 moments and master weights in host memory (DeepSpeed's CPU Adam): what lets full
+    # weights of a 7B model train on one GPU (on a 141 GB H200, ZeRO-2 without it runs out of memory
+    # allocating the moments: benchmarks/results/gpu_check-h200-2026-11-26.jsonl), at the cost of
+    # optimizer steps on the CPU.
+    adam_offload: bool = False
     lora_target_modules: str | list[str] = "all-linear"
     reference_model: str | None = None  # frozen policy to stay close to (with kl_coef)
     kl_coef: float = 0.0

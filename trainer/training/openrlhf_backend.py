@@ -57,7 +57,8 @@ class OpenRLHFTrainer(PolicyGradientTrainer):
         dtype = cfg.dtype or default_dtype(self.device)
         args = argparse.Namespace(
             local_rank=launch.local_rank,
-            ds=argparse.Namespace(param_dtype=dtype, zero_stage=opts.zero_stage, tensor_parallel_size=1, ring_attn_size=1),
+            ds=argparse.Namespace(param_dtype=dtype, zero_stage=opts.zero_stage, adam_offload=opts.adam_offload,
+                                  tensor_parallel_size=1, ring_attn_size=1),
             train=argparse.Namespace(dynamic_batch_enable=False),
         )
         self.strategy = orl.Strategy(seed=cfg.seed, max_norm=cfg.max_grad_norm, zero_stage=opts.zero_stage, args=args)

@@ -39,10 +39,12 @@ _OPTIONS: dict[str, tuple[str | None, Any, Any]] = {
     "lora_rank": ("lora_rank", Optional[int], typer.Option(None, "--lora-rank", min=0, help="Train a LoRA adapter of this rank instead of the full weights.")),
     "lora_alpha": ("lora_alpha", Optional[int], typer.Option(None, "--lora-alpha", min=1, help="LoRA scale numerator.")),
     "zero_stage": ("zero_stage", Optional[int], typer.Option(None, "--zero-stage", min=0, max=3, help="openrlhf: DeepSpeed ZeRO stage (default 2).")),
+    "adam_offload": ("adam_offload", Optional[bool], typer.Option(
+        None, "--adam-offload/--no-adam-offload", help="openrlhf: keep Adam's moments and fp32 weights in host memory (full weights of a 7B model on one GPU).")),
     "ref_model": ("reference_model", Optional[Path], typer.Option(None, "--ref-model", help="openrlhf: frozen reference policy of a KL penalty (with --kl-coef).")),
     "kl_coef": ("kl_coef", Optional[float], typer.Option(None, "--kl-coef", min=0.0, help="openrlhf: weight of the k3 KL to --ref-model.")),
 }
-_OPENRLHF_ONLY = ("zero_stage", "ref_model", "kl_coef")
+_OPENRLHF_ONLY = ("zero_stage", "adam_offload", "ref_model", "kl_coef")
 
 
 @dataclass(frozen=True)

@@ -172,3 +172,19 @@ def test_lora_trains_and_saves_the_adapter_alone(tiny_checkpoint, tmp_path):
     trained = trainer.action_logprobs([samples[0]])[0]
     assert served_now == pytest.approx(trained, abs=1e-5)
     assert trained != pytest.approx(samples[0].response_logprobs, abs=1e-3)  # the adapter moved the policy
+
+
+def test_adam_offload_takes_the_same_steps_with_the_optimizer_in_host_memory(tiny_checkpoint):
+    """``--adam-offload`` moves Adam's moments and fp32 weights to host memory (DeepSpeed's CPU
+    Adam): the steps are the torch backend's all the same. On one 141 GB GPU, 7B full weights
+    run out of memory without it (benchmarks/results/gpu_check-h200-2026-11-26.jsonl)."""
+    config = TrainConfig(dtype="fp32", learning_rate=3e-3, epochs=2, minibatch_size=4)
+    torch_trainer = PolicyTrainer(tiny_checkpoint, config)
+    samples = _served_apart(torch_trainer, _batch())
+    theirs = torch_trainer.train(samples)
+    offloaded = OpenRLHFTrainer(tiny_checkpoint, config, OpenRLHFOptions(adam_offload=True))
+    assert offloaded.engine.zero_offload_optimizer()
+    ours = offloaded.train(samples)
+    assert ours.loss == pytest.approx(theirs.loss, abs=1e-5)
+    for a, b in zip(_params(offloaded.actor.model.module), _params(torch_trainer.model)):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
