@@ -30,8 +30,15 @@ def _module(name: str):
 
 
 def _register_training(app: typer.Typer) -> None:
+    """``tracerl train`` needs torch alone (a GPU node trains on a dataset folder built elsewhere);
+    the rounds around it (``train run``, ``train loop``, ``policy``) need the whole ``train`` extra."""
     train_group = _module("trainer.training.cli").register(app)  # train
-    _module("orchestration.rounds.cli").register(app, train_group)  # train run, train loop, policy
+    missing = missing_modules("train")
+    if not missing:
+        _module("orchestration.rounds.cli").register(app, train_group)  # train run, train loop, policy
+        return
+    for name in ("run", "loop"):
+        _unavailable(train_group, name, missing_message("train", f"`tracerl train {name}`", missing))
 
 
 def _register_demo(app: typer.Typer) -> None:
@@ -44,7 +51,8 @@ PARTS = (
     Part(("collector",), "collector", lambda app: _module("collector.cli").register(app)),
     Part(("pipeline", "sql", "report"), "pipeline", lambda app: _module("pipeline.cli").register(app)),
     Part(("serve",), "train", lambda app: _module("trainer.serving.cli").register(app)),
-    Part(("train", "policy"), "train", _register_training),
+    Part(("train",), "torch", _register_training),
+    Part(("policy",), "train", lambda app: None),  # registered with the rounds by the part above
     Part(("demo",), "train", _register_demo),
 )
 

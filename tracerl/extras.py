@@ -13,8 +13,10 @@ import importlib.util
 EXTRAS: dict[str, tuple[str, ...]] = {
     "collector": ("grpc", "starlette", "uvicorn", "google.protobuf"),
     "pipeline": ("duckdb", "polars", "matplotlib"),
+    # `tracerl train` alone: a GPU training node reads a dataset folder and trains, nothing more
+    "torch": ("torch", "transformers"),
 }
-EXTRAS["train"] = (*EXTRAS["collector"], *EXTRAS["pipeline"], "torch", "transformers", "pydantic", "openai")
+EXTRAS["train"] = (*EXTRAS["collector"], *EXTRAS["pipeline"], *EXTRAS["torch"], "pydantic", "openai")
 
 
 def missing_modules(extra: str) -> list[str]:

@@ -47,7 +47,8 @@ def test_an_agent_run_with_the_bare_install_is_captured_with_exact_tokens(bare_p
     (["tracerl", "pipeline", "build-dataset", "data"], "pipeline"),
     (["tracerl", "collector", "serve", "--out", "data"], "collector"),
     (["tracerl", "gateway", "--upstream", "http://127.0.0.1:1"], "collector"),
-    (["tracerl", "train", "--help"], "train"),
+    (["tracerl", "train", "--help"], "torch"),
+    (["tracerl", "policy", "list"], "train"),
     (["pipeline", "doctor", "data"], "pipeline"),
 ])
 def test_a_command_of_another_part_says_which_extra_to_install(bare_python, command, extra):
