@@ -43,8 +43,7 @@ def _export(collector: Collector, signal: Signal, payload: bytes, context: grpc.
     try:
         collector.admission.acquire(len(payload))
         reserved = len(payload)
-        request = otlp.parse_protobuf(payload, signal.table.request)
-        durable, response = collector.export(signal, request, payload)  # the received bytes go to the WAL
+        durable, response = collector.export(signal, payload)  # the received bytes go to the WAL
         durable.result()
         return response
     except otlp.BadPayload as exc:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
-from concurrent.futures import Future
 
 import anyio
 import anyio.to_thread
@@ -43,9 +42,13 @@ class HttpError(Exception):
 
 
 def create_app(collector: Collector) -> Starlette:
+    # Threads for Collector.export: it converts one request at a time anyway, and each thread beyond
+    # the two that keep it busy would only add a malloc arena and a stack (anyio's default is 40)
+    converters = anyio.CapacityLimiter(2)
+
     def endpoint(signal: Signal):
         async def handle(request: Request) -> Response:
-            return await _handle(collector, signal, request, collector.config.body_timeout_s)
+            return await _handle(collector, signal, request, converters)
 
         return handle
 
@@ -61,7 +64,7 @@ def create_app(collector: Collector) -> Starlette:
     )
 
 
-async def _handle(collector: Collector, signal: Signal, request: Request, body_timeout_s: float) -> Response:
+async def _handle(collector: Collector, signal: Signal, request: Request, converters: anyio.CapacityLimiter) -> Response:
     content_type = request.headers.get(A.CONTENT_TYPE_HEADER, "").split(";")[0].strip().lower()
     as_json = content_type == JSON
     reserved = 0
@@ -70,12 +73,13 @@ async def _handle(collector: Collector, signal: Signal, request: Request, body_t
             raise HttpError(401, "missing or wrong bearer token (header 'Authorization: Bearer <token>')")
         if content_type not in (PROTOBUF, JSON):
             raise HttpError(415, f"Content-Type must be {PROTOBUF} or {JSON}, got {content_type or 'none'!r}")
+        collector.check_room(signal)  # a full backlog refuses before the body is read
         limit = collector.config.max_body_bytes
         try:
-            with anyio.fail_after(body_timeout_s):
+            with anyio.fail_after(collector.config.body_timeout_s):
                 body, reserved = await _read_body(request, limit, collector)
         except TimeoutError:
-            raise HttpError(408, f"request body not received within {body_timeout_s:g}s") from None
+            raise HttpError(408, f"request body not received within {collector.config.body_timeout_s:g}s") from None
         encoding = request.headers.get(A.CONTENT_ENCODING_HEADER, "identity").strip().lower()
         if encoding in _WBITS:
             body = _inflate(body, limit, encoding)
@@ -83,7 +87,7 @@ async def _handle(collector: Collector, signal: Signal, request: Request, body_t
             reserved += len(body)
         elif encoding not in ("identity", ""):
             raise HttpError(415, f"Content-Encoding {encoding!r} is not supported; use gzip, deflate or none")
-        durable, response = await anyio.to_thread.run_sync(_export, collector, signal, body, as_json)
+        durable, response = await anyio.to_thread.run_sync(collector.export, signal, body, as_json, limiter=converters)
         await asyncio.wrap_future(durable)  # no thread held while the WAL syncs
         if response.HasField("partial_success"):
             log.info("%s: rejected %d items of one request", signal.table.name, _rejected(response))
@@ -103,32 +107,32 @@ async def _handle(collector: Collector, signal: Signal, request: Request, body_t
         collector.admission.release(reserved)
 
 
-def _export(collector: Collector, signal: Signal, body: bytes, as_json: bool) -> tuple[Future, Message]:
-    """Parse, convert and submit (in a worker thread); the future completes once durable."""
-    if as_json:
-        request = otlp.parse_json(body, signal.table.request)
-        body = request.SerializeToString()  # the WAL holds protobuf, whatever came in
-    else:
-        request = otlp.parse_protobuf(body, signal.table.request)
-    return collector.export(signal, request, body)
-
-
 async def _read_body(request: Request, limit: int, collector: Collector) -> tuple[bytes, int]:
-    """The body, refused early when over ``limit``; its bytes count against admission."""
+    """The body, refused early when over ``limit``; its bytes count against admission.
+
+    A body with a Content-Length is admitted by that length before a byte of it is read, so a
+    refused request costs nothing (its bytes are discarded as they arrive); a chunked one is
+    admitted chunk by chunk.
+    """
     declared = request.headers.get(A.CONTENT_LENGTH_HEADER)
+    reserved = 0
     if declared is not None:
         if not declared.isdigit():
             raise HttpError(400, f"invalid Content-Length {declared[:20]!r}")
         if int(declared) > limit:
             raise HttpError(413, f"body of {declared} bytes exceeds the limit of {limit} bytes")
+        collector.admission.acquire(int(declared))
+        reserved = int(declared)
     chunks: list[bytes] = []
-    reserved = 0
+    received = 0
     try:
         async for chunk in request.stream():
-            if reserved + len(chunk) > limit:
+            if received + len(chunk) > limit:
                 raise HttpError(413, f"body exceeds the limit of {limit} bytes")
-            collector.admission.acquire(len(chunk))
-            reserved += len(chunk)
+            if declared is None:
+                collector.admission.acquire(len(chunk))
+                reserved += len(chunk)
+            received += len(chunk)
             chunks.append(chunk)
     except BaseException:
         collector.admission.release(reserved)

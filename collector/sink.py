@@ -130,7 +130,10 @@ class DurableTable:
         self.root = join_uri(out, kind.name)
         self.wal_dir = wal_dir
         self.instance_id = instance_id
-        self.flush_bytes = flush_bytes
+        # A commit starts by the time half the backlog is buffered: with a backlog smaller than
+        # flush_bytes, waiting for flush_bytes (or the interval) would refuse clients with 503
+        # while storage sits idle (measured: 16 MiB backlog, 64 MiB flush: 3k spans/s accepted).
+        self.flush_bytes = min(flush_bytes, max(1, max_backlog_bytes // 2))
         self.flush_interval_s = flush_interval_s
         self.max_backlog_bytes = max_backlog_bytes
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -182,18 +185,22 @@ class DurableTable:
     def backlog_bytes(self) -> int:
         return self._backlog_bytes
 
-    def submit(self, payload: bytes, table: pa.Table) -> Future:
-        """Queue one request; the future completes when it is durable in the WAL."""
+    def check_room(self, size: int = 0) -> None:
+        """Raise :class:`Overloaded` unless ``size`` more bytes fit the backlog (any fit an empty one)."""
         if self._closing.is_set():
             raise Overloaded("collector is shutting down", retry_after_s=5)
+        if self._backlog_bytes + size > self.max_backlog_bytes and self._backlog_bytes > 0:
+            raise Overloaded(
+                f"{self.kind.name}: {self._backlog_bytes >> 20} MiB not yet committed to storage "
+                f"(limit {self.max_backlog_bytes >> 20} MiB)",
+                retry_after_s=max(1, int(self.flush_interval_s)),
+            )
+
+    def submit(self, payload: bytes, table: pa.Table) -> Future:
+        """Queue one request; the future completes when it is durable in the WAL."""
         size = table.get_total_buffer_size()
         with self._backlog_lock:
-            if self._backlog_bytes + size > self.max_backlog_bytes and self._backlog_bytes > 0:
-                raise Overloaded(
-                    f"{self.kind.name}: {self._backlog_bytes >> 20} MiB not yet committed to storage "
-                    f"(limit {self.max_backlog_bytes >> 20} MiB)",
-                    retry_after_s=max(1, int(self.flush_interval_s)),
-                )
+            self.check_room(size)
             self._backlog_bytes += size
         done: Future = Future()
         self._queue.put(_Record(payload, table, done, size))

@@ -10,8 +10,12 @@ resource's instance id all come from ``seed``, so a failing test or fuzz input r
 
 from __future__ import annotations
 
+import http.client
 import random
+import threading
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
@@ -89,3 +93,54 @@ def encode_batches(spans: Sequence[ReadableSpan], batch_size: int = 512) -> list
     return [
         encode_spans(spans[i : i + batch_size]).SerializeToString() for i in range(0, len(spans), batch_size)
     ]
+
+
+@dataclass
+class FloodTally:
+    """What a :func:`flood` got back: replies by status (-1: connection error) and the bodies acknowledged."""
+
+    replies: dict[int, int] = field(default_factory=dict)
+    acknowledged: list[int] = field(default_factory=list)  # indices into the bodies, one per 200
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, status: int, body: int) -> None:
+        with self.lock:
+            self.replies[status] = self.replies.get(status, 0) + 1
+            if status == 200:
+                self.acknowledged.append(body)
+
+
+def flood(port: int, bodies: Sequence[bytes], clients: int, seconds: float, honour_retry_after: bool) -> FloodTally:
+    """``clients`` keep-alive connections POSTing OTLP/HTTP ``bodies`` to 127.0.0.1:``port`` for ``seconds``.
+
+    Each client sends its next body as soon as the last is acknowledged; on 429/503 it waits the
+    Retry-After when ``honour_retry_after``, else it sends the same body again at once.
+    """
+    tally = FloodTally()
+    stop = time.monotonic() + seconds
+
+    def client(first: int) -> None:
+        conn, i = http.client.HTTPConnection("127.0.0.1", port, timeout=30), first
+        while time.monotonic() < stop:
+            try:
+                conn.request("POST", "/v1/traces", body=bodies[i % len(bodies)], headers={"Content-Type": "application/x-protobuf"})
+                reply = conn.getresponse()
+                reply.read()
+            except (OSError, http.client.HTTPException):
+                tally.add(-1, i % len(bodies))
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                continue
+            tally.add(reply.status, i % len(bodies))
+            if reply.status == 200:
+                i += clients
+            elif honour_retry_after and reply.status in (429, 503):
+                time.sleep(min(float(reply.getheader("Retry-After", "1")), max(0.0, stop - time.monotonic())))
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return tally
