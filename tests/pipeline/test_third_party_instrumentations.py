@@ -1,0 +1,138 @@
+"""Agents traced by other projects' OpenAI instrumentations, with no tracerl in their process.
+
+Teams that already trace with the official OpenTelemetry instrumentation
+(``opentelemetry-instrumentation-openai-v2``, content as span attributes or as log records),
+OpenLLMetry's (``opentelemetry-instrumentation-openai``) or OpenInference's
+(``openinference-instrumentation-openai``) keep it: the agent, in a venv of its own holding
+the OpenAI SDK, the OTel SDK with its OTLP/HTTP exporter and that instrumentation alone, calls
+``tracerl serve`` and exports to ``tracerl collector serve``. Every call becomes an LLM call
+with its messages; without token ids (none of them records the ids the server sampled) the
+calls stay out of training, counted by reason.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import httpx
+import pytest
+
+from tracerl.pipeline import build_dataset
+from tracerl.pipeline.build import analyze
+from tracerl.pipeline.messages import chat_messages
+from tracerl.pipeline.options import BuildOptions
+from tracerl.pipeline.writer import call_messages
+from tracerl.trainer.serving.app import running_server
+from tracerl_testing.installs import install_venv
+
+pytestmark = pytest.mark.slow  # a venv per instrumentation, from PyPI
+
+OTEL = ("openai", "opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http")
+INSTRUMENTATIONS = {
+    # util-genai 1.3b0 removed a module that openai-v2 2.4b0 imports; 1.1b0 is the last that works with it
+    # (and httpx, which it imports and openai 3 no longer brings)
+    "openai-v2": ("opentelemetry-instrumentation-openai-v2==2.4b0", "opentelemetry-util-genai==1.1b0", "httpx"),
+    "openllmetry": ("opentelemetry-instrumentation-openai==0.62.4",),
+    "openinference": ("openinference-instrumentation-openai==0.1.66",),
+}
+
+AGENT = """
+import os, sys, openai
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+collector, which = os.environ["COLLECTOR"], sys.argv[1]
+provider = TracerProvider()
+provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=collector + "/v1/traces")))
+trace.set_tracer_provider(provider)
+if which == "openai-v2":
+    from opentelemetry import _logs
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+    logs = LoggerProvider()
+    logs.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter(endpoint=collector + "/v1/logs")))
+    _logs.set_logger_provider(logs)
+    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+elif which == "openllmetry":
+    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+else:
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+OpenAIInstrumentor().instrument()
+
+client = openai.OpenAI(base_url=os.environ["BASE_URL"], api_key="none")
+model = os.environ["MODEL"]  # not client.models.list(): OpenInference records that request as an LLM span too
+tracer = trace.get_tracer("agent")
+for episode in range(2):
+    with tracer.start_as_current_span("episode"):  # the trace is the episode
+        messages = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": f"What is 2 + {episode}?"}]
+        first = client.chat.completions.create(model=model, messages=messages, max_tokens=6, temperature=0)
+        messages += [{"role": "assistant", "content": first.choices[0].message.content}, {"role": "user", "content": "Sure?"}]
+        client.chat.completions.create(model=model, messages=messages, max_tokens=6, temperature=0)
+provider.shutdown()
+if which == "openai-v2":
+    logs.shutdown()
+"""
+
+# (instrumentation, environment of its content capture, the content layout the pipeline finds)
+CASES = [
+    ("openai-v2", {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "EVENT_ONLY",
+                   "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental"}, "gen_ai.log"),
+    ("openai-v2", {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY",
+                   "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental"}, "gen_ai.messages"),
+    ("openllmetry", {"TRACELOOP_TRACE_CONTENT": "true"}, "gen_ai.messages"),  # 0.62 writes the GenAI 1.37+ attributes
+    ("openinference", {}, "openinference"),
+]
+
+
+@pytest.fixture(scope="module")
+def agent_venvs(tmp_path_factory):
+    made: dict[str, object] = {}
+
+    def venv(which: str):
+        if which not in made:
+            made[which] = install_venv(tmp_path_factory.mktemp(which) / "venv", *OTEL, *INSTRUMENTATIONS[which])
+        return made[which]
+
+    return venv
+
+
+@pytest.fixture(scope="module")
+def policy_server():
+    with running_server() as server:
+        yield server
+
+
+@pytest.mark.parametrize(("which", "env", "layout"), CASES, ids=[f"{c[0]}-{c[2]}" for c in CASES])
+def test_every_call_arrives_with_its_messages_and_stays_out_of_training_without_token_ids(
+    which, env, layout, agent_venvs, policy_server, start_collector, data_dir, tmp_path
+):
+    python = agent_venvs(which)
+    collector = start_collector(flush_interval_s=0.2, grpc=False)
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACERL_", "TRACELOOP_"))}
+    done = subprocess.run([str(python), "-c", AGENT, which], capture_output=True, text=True, timeout=180, cwd=python.parent,
+                          env={**run_env, **env, "COLLECTOR": collector.http_url(), "BASE_URL": policy_server.base_url,
+                               "MODEL": httpx.get(f"{policy_server.base_url}/models").json()["data"][0]["id"]})
+    assert done.returncode == 0, done.stderr[-3000:]
+    collector.stop()
+
+    analysis = analyze(data_dir, BuildOptions())
+    rows = call_messages(analysis.con, analysis.files, analysis.con.sql("SELECT * FROM llm_calls").to_arrow_table()).to_pylist()
+    calls = [(r["episode_id"], r["content_layout"], r["input_messages"], r["output_messages"]) for r in sorted(rows, key=lambda r: r["start_ns"])]
+    assert len(calls) == 4 and len({episode for episode, *_ in calls}) == 2
+    for _, found_layout, inputs, outputs in calls:
+        assert found_layout == layout
+        said = [m["content"] for m in chat_messages(inputs)]
+        assert said[0] == "Answer briefly." and said[1].startswith("What is 2 + ")
+        assert len(chat_messages(outputs)) == 1
+    second_prompt = [m["content"] for m in chat_messages(calls[1][2])]
+    assert second_prompt[-1] == "Sure?" and len(second_prompt) == 4
+
+    rewards = tmp_path / "rewards.csv"  # rewarded episodes, so that what keeps the calls out is their missing token ids
+    rewards.write_text("trace_id,value\n" + "".join(f"{trace},1.0\n" for trace in sorted({r["trace_id"] for r in rows})))
+    manifest = build_dataset(data_dir, tmp_path / "ds", rewards=(str(rewards),))
+    assert manifest["counts"]["llm_calls"]["skipped"] == {"no_token_ids": 4}
+    assert manifest["counts"]["spans"]["content_layouts"] == {layout: 4}
