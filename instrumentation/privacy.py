@@ -45,7 +45,6 @@ _SECRET_VALUE = re.compile(r"(sk-[A-Za-z0-9_\-]{16,}|Bearer\s+[A-Za-z0-9._\-~+/]
 # The OpenAI SDK's "argument not given" markers, which instrumentations copy verbatim.
 _SENTINELS = frozenset({"Omit", "NotGiven"})
 REDACTED = "[REDACTED]"
-TRUNCATED_MARK = "…[truncated by tracerl]"
 
 
 def is_content_key(key: str) -> bool:
@@ -114,5 +113,5 @@ class ContentPolicy:
         if self.redactor is not None:
             text = self.redactor(key, text)
         if len(text) > self.max_chars:
-            text = text[: self.max_chars] + TRUNCATED_MARK
+            text = text[: self.max_chars] + A.TRUNCATED_MARK
         return text

@@ -65,6 +65,10 @@ def stage_counts(
             "rows": one("SELECT count(*) FROM raw_spans"),
             "distinct": one("SELECT count(*) FROM span_meta"),
             "content_layouts": _grouped(con, "SELECT content_layout, count(*) FROM llm_calls GROUP BY 1 ORDER BY 1"),
+            # calls whose message JSON does not read: kept as text, still trained on from their token ids
+            "content_problems": _grouped(
+                con, "SELECT content_problem, count(*) FROM llm_calls WHERE content_problem IS NOT NULL GROUP BY 1 ORDER BY 1"
+            ),
             # HTTP client spans of LLM requests: a captured call's transport, or a request no hook recognised
             "http_llm_requests": _grouped(
                 con,
@@ -201,6 +205,15 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any], options: BuildOptions) -
     if logs.get("span_missing"):
         notes.append(f"{logs['span_missing']} span(s) have message log records but are not in the spans read "
                      "(span files missing, rejected or not yet written): their content waits for them")
+    problems = c["spans"].get("content_problems") or {}
+    if problems.get("truncated"):
+        notes.append(f"{problems['truncated']} LLM call(s) whose messages capture cut at its size limit "
+                     f"(TRACERL_MAX_CONTENT_CHARS): their message JSON is kept as the cut text (not JSON); "
+                     "they still train from their token ids; raise the limit to keep whole conversations")
+    if problems.get("invalid_json"):
+        notes.append(f"{problems['invalid_json']} LLM call(s) whose message attributes are not valid JSON (cut by a "
+                     "length limit such as OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT, or malformed): kept as text; "
+                     "they still train from their token ids")
     unrecognised = c["spans"].get("unrecognised_llm_requests")
     if unrecognised:
         notes.append(

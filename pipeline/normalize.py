@@ -66,6 +66,15 @@ def _content_layout_sql(at: dict[str, str]) -> str:
     return f"CASE {' '.join(whens)} ELSE {sql_str(NO_CONTENT)} END"
 
 
+def _content_problem_sql(at: dict[str, str]) -> str:
+    """Why a span's message JSON (the JSON layouts on span attributes) cannot be read: 'truncated'
+    when capture cut it at its size limit, 'invalid_json' otherwise (another tool's length limit,
+    OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT, or a bug); NULL when it reads or there is none."""
+    broken = " OR ".join(f"({at[key]} IS NOT NULL AND NOT json_valid({at[key]}))" for key in _MESSAGE_KEYS)
+    cut = " OR ".join(f"ends_with({at[key]}, {sql_str(A.TRUNCATED_MARK)})" for key in _MESSAGE_KEYS)
+    return f"CASE WHEN {broken} THEN CASE WHEN {cut} THEN 'truncated' ELSE 'invalid_json' END END"
+
+
 def _foreign_sql(at: dict[str, str]) -> str:
     """Columns of span_meta_raw read from other conventions' layouts (``at``: key -> extracted value)."""
     has_tokens = " OR ".join(
@@ -148,6 +157,7 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
                coalesce(reward_name, {at[A.REWARD_NAME]}) AS reward_name,
                {picked},
                {_content_layout_sql(at)} AS content_layout,
+               {_content_problem_sql(at)} AS content_problem,
                CASE WHEN events LIKE '%"{A.REWARD_EVENT_NAME}"%' THEN events END AS reward_events,
                file_index, file_row
         FROM (SELECT *, json_extract_string(attributes, {paths}) AS x FROM raw_spans)
@@ -254,7 +264,7 @@ def build_llm_calls(con: duckdb.DuckDBPyConnection) -> None:
             call_episode_id AS episode_id, trace_id, span_id, parent_span_id, name,
             start_ns, end_ns, status_code, call_agent AS agent_name,
             call_policy_version AS policy_version, call_policy_name AS policy_name, response_id, request_model,
-            has_tokens, content_layout, copies,
+            has_tokens, content_layout, content_problem, copies,
             coalesce(gen_ai_system, gen_ai_provider) AS system,
             file_index, file_row
         FROM ranked WHERE rank_in_key = 1

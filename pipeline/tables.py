@@ -33,7 +33,7 @@ class Relation:
 
 _LLM_CALL = (
     "episode_id", "trace_id", "span_id", "parent_span_id", "name", "start_ns", "end_ns", "status_code", "agent_name",
-    "policy_version", "policy_name", "response_id", "request_model", "has_tokens", "content_layout", "copies", "system",
+    "policy_version", "policy_name", "response_id", "request_model", "has_tokens", "content_layout", "content_problem", "copies", "system",
     "file_index", "file_row",
 )
 _CALL_STATUS = (*_LLM_CALL, "task_id", "split", "truncated", "excluded")
@@ -46,7 +46,7 @@ _SPAN_META = (
     "trace_id", "span_id", "parent_span_id", "name", "start_ns", "end_ns", "status_code", "status_message",
     "task_id", "split", "policy_version", "response_id", "request_model", "response_model", "has_tokens", "rollout_id", "attempt_id",
     "agent_name", "reward_attributes", "episode_attr", "reward_value", "reward_name", *EXTRACTED, "content_layout",
-    "reward_events", "file_index", "file_row",
+    "content_problem", "reward_events", "file_index", "file_row",
 )
 
 RELATIONS: tuple[Relation, ...] = (

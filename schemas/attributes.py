@@ -25,6 +25,8 @@ REWARD_NAME = "tracerl.reward.name"
 
 EPISODE_SPAN_NAME = "tracerl.episode"
 CONTENT_PREFIX = "tracerl.content."  # tracerl attributes under it carry content (policed like messages)
+# what capture appends to content it cut at TRACERL_MAX_CONTENT_CHARS (the pipeline counts such calls)
+TRUNCATED_MARK = "…[truncated by tracerl]"
 
 # OpenTelemetry GenAI semantic conventions (gen_ai.*)
 GEN_AI_SYSTEM = "gen_ai.system"

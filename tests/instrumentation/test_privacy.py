@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tracerl.instrumentation.privacy import TRUNCATED_MARK, ContentPolicy
+from tracerl.instrumentation.privacy import ContentPolicy
 from tracerl.instrumentation.settings import SDK_DEFAULT, Settings, SettingsError
 from tracerl.schemas import attributes as A
 
@@ -41,7 +41,7 @@ def test_keys_never_and_content_redacted_and_cut(captured, tmp_path: Path):
     for secret in (API_KEY, "hdr-SECRET-987654321", "sk-live-ABCDEFGHIJKLMNOPQRSTUV", "bob@example.com"):
         assert secret.encode() not in raw, secret
     assert "<email>" in call["attributes"] and "[REDACTED]" in call["attributes"]
-    assert TRUNCATED_MARK in call["attributes"]
+    assert A.TRUNCATED_MARK in call["attributes"]
 
 
 def test_content_capture_can_be_switched_off(captured):
@@ -76,7 +76,7 @@ def test_the_policy_holds_for_set_attributes_too():
                              "http.request.header.authorization": "Bearer abc", A.GEN_AI_USAGE_OUTPUT_TOKENS: 3})
     (finished,) = memory.get_finished_spans()
     text = finished.attributes[A.GEN_AI_OUTPUT_MESSAGES]
-    assert "sk-live" not in text and "[REDACTED]" in text and text.endswith(TRUNCATED_MARK)
+    assert "sk-live" not in text and "[REDACTED]" in text and text.endswith(A.TRUNCATED_MARK)
     assert "http.request.header.authorization" not in finished.attributes
     assert finished.attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] == 3
 

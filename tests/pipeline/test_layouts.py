@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from typer.testing import CliRunner
+
+from tracerl.cli import app
 
 from tracerl.pipeline import build_dataset, dataset_table
 from tracerl.pipeline.messages import chat_messages
@@ -120,3 +123,23 @@ def test_chat_messages_reads_both_content_shapes():
     genai = '[{"role":"assistant","parts":[{"type":"text","content":"x="},{"type":"tool_call","name":"f","arguments":{"a":1}}]}]'
     assert chat_messages(genai) == [{"role": "assistant", "content": 'x={"name": "f", "arguments": {"a": 1}}'}]
     assert chat_messages('[{"role":"user","content":"hi"}]') == [{"role": "user", "content": "hi"}]
+
+
+def test_message_json_cut_by_a_size_limit_is_counted_and_named_and_nothing_else_is_lost(data_dir, tmp_path):
+    """One call's messages cut by capture's own limit (its mark at the end), one cut silently by another
+    limit (OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT does not mark): both still train, as the whole one does;
+    doctor counts and names each kind."""
+    whole = json.dumps([{"role": "user", "parts": [{"type": "text", "content": "x" * 80}]}])
+    answer = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "ok"}]}])
+    genai = {A.GEN_AI_OPERATION: "chat", A.GEN_AI_PROVIDER_NAME: "openai", A.GEN_AI_OUTPUT_MESSAGES: answer}
+    calls = [_raw_call("e1", "whole", 1, 10, {**genai, A.GEN_AI_INPUT_MESSAGES: whole}),
+             _raw_call("e1", "marked", 11, 20, {**genai, A.GEN_AI_INPUT_MESSAGES: whole[:40] + A.TRUNCATED_MARK}),
+             _raw_call("e1", "silent", 21, 30, {**genai, A.GEN_AI_INPUT_MESSAGES: whole[:40]})]
+    write_spans(data_dir, [episode_span("e1", 0, 50, task="t"), *calls, reward_span("e1", "r", 40, 1.0)])
+    manifest = build_dataset(data_dir, tmp_path / "out")
+    rows = {row["span_id"]: row for row in dataset_table(tmp_path / "out").to_pylist()}
+    assert len(rows) == 3 and rows["marked".ljust(16, "0")]["input_messages"].endswith(A.TRUNCATED_MARK)
+    assert manifest["counts"]["spans"]["content_problems"] == {"invalid_json": 1, "truncated": 1}
+    report = json.loads(CliRunner().invoke(app, ["pipeline", "doctor", "--spans", str(data_dir), "--json"]).output)
+    assert any(n.startswith("1 LLM call(s) whose messages capture cut at its size limit") for n in report["notes"])
+    assert any(n.startswith("1 LLM call(s) whose message attributes are not valid JSON") for n in report["notes"])
