@@ -154,6 +154,7 @@ def report_data(data: str | os.PathLike, *, runs: str | os.PathLike | None = Non
             "air": air_counts(analysis),
             "worst_episodes": worst_episodes(analysis),
             "doctor": explain(analysis),
+            "judgments": analysis.counts["judgments"],
         }
     finally:
         analysis.con.close()
@@ -249,6 +250,16 @@ def _set_aside(metrics: list[dict[str, Any]]) -> str:
     return f"<p>{len(rows)} round(s) set aside, no version made:</p>" + _table(rows, ["round", "episodes", "reason", "at"])
 
 
+def _judgments(judgments: dict[str, Any]) -> str:
+    """``tracerl pipeline judge``'s outcomes: episodes judged, failed (judged again next run) and skipped, by reason."""
+    if not judgments["files"]:
+        return '<p class="empty">no judgments (tracerl pipeline judge writes them to the data dir)</p>'
+    rows = [{"outcome": status, "episodes": n} for status, n in judgments["by_status"].items() if status != "skipped"]
+    rows += [{"outcome": f"skipped: {reason}", "episodes": n} for reason, n in judgments["skipped"].items()]
+    rows += [{"outcome": f"failed: {reason}", "episodes": n} for reason, n in judgments["failed_reasons"].items()]
+    return _table(rows, ["outcome", "episodes"])
+
+
 def render(figures: dict[str, Any]) -> str:
     """The page for :func:`report_data`'s figures."""
     made = _charts(figures)
@@ -262,6 +273,7 @@ def render(figures: dict[str, Any]) -> str:
                  _table(figures["agents"], ["agent", "calls", "prompt_tokens", "completion_tokens"])),
         _section("Doctor: from spans to transitions", made["funnel"], f'<ul class="notes">{notes}</ul>'),
         _section("Automatic intermediate rewards (AIR): hits per rule", made["air"]),
+        f"<section><h2>Judge: episodes scored by tracerl pipeline judge</h2>{_judgments(figures['judgments'])}</section>",
         f"<section><h2>Worst {WORST_EPISODES} episodes, with their calls</h2>{_worst(figures['worst_episodes'])}</section>",
     ]
     clock = figures["data_clock_unix_nano"]

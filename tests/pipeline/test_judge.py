@@ -21,6 +21,7 @@ from tracerl.pipeline.doctor import diagnose
 from tracerl.pipeline.judge import JudgeOptions, judge
 from tracerl.pipeline.judgment_log import JudgmentLog
 from tracerl.pipeline.options import BuildOptions
+from tracerl.pipeline.report import render, report_data
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.schemas import attributes as A
 from tracerl_testing.judges import dropping_server, garbage_judge, scripted_judge, trajectories
@@ -82,6 +83,8 @@ def test_scores_each_tasks_episodes_together_as_rewards_every_command_reads(unla
     ds = pq.read_table(tmp_path / "ds").to_pylist()
     assert {r["episode_id"]: r["reward"] for r in ds} == {"e1": 1.0, "e2": 0.2, "e3": 1.0, "e4": 1.0, "e5": 0.2, "e6": 0.2}
     assert manifest["counts"]["judgments"]["by_status"] == {"scored": 6}
+    page = render(report_data(unlabelled))  # the report counts them too
+    assert "<td>scored</td><td class=num>6</td>" in page
 
 
 def test_a_second_run_judges_only_what_is_new(unlabelled):
