@@ -77,5 +77,9 @@ def test_two_processes_train_the_one_process_checkpoint_and_publish_once(launche
     assert lines[0]["loss"] == pytest.approx(single["loss"], abs=1e-5)
     ours = _weights(tmp_path / "two")
     assert theirs.keys() == ours.keys()
+    # Two processes sum the gradients in another order: Adam normalises each element's step, so an
+    # element whose gradient is ~0 can move by up to ~1e-4 apart (measured: 1 element in 32,768 at
+    # 6.7e-5, mean difference 3e-8, with transformers 5.24); a wrong all-reduce would be off everywhere.
     for name in theirs:
-        torch.testing.assert_close(ours[name], theirs[name], atol=1e-5, rtol=1e-4, msg=name)
+        torch.testing.assert_close(ours[name], theirs[name], atol=2e-4, rtol=1e-4, msg=name)
+        assert (ours[name].float() - theirs[name].float()).abs().mean() < 1e-6, name
