@@ -2,7 +2,10 @@
 
 A part whose extra is not installed (``pip install tracerl`` is capture only) keeps its
 commands in ``--help``; calling one says which extra to install instead of failing on an
-import. Parts are imported only when their extra is there.
+import. Parts are imported only when their extra is there, and a command imports its own
+part alone: ``tracerl collector serve`` does not import the pipeline's or the trainer's
+libraries (duckdb, polars, torch...: ~50 MiB resident in every collector worker, and a slower
+start for every command).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ class Part:
     commands: tuple[str, ...]  # what ``register`` adds to the root app
     extra: str | None  # the install extra it needs (None: the core)
     register: Callable[[typer.Typer], None]
+    # commands of the part that need a larger extra than the part itself (named when the part is missing)
+    command_extras: tuple[tuple[str, str], ...] = ()
 
 
 def _module(name: str):
@@ -37,8 +42,8 @@ def _register_training(app: typer.Typer) -> None:
     if not missing:
         _module("orchestration.rounds.cli").register(app, train_group)  # train run, train loop, policy
         return
-    for name in ("run", "loop"):
-        _unavailable(train_group, name, missing_message("train", f"`tracerl train {name}`", missing))
+    for group, name, command in ((train_group, "run", "train run"), (train_group, "loop", "train loop"), (app, "policy", "policy")):
+        _unavailable(group, name, missing_message("train", f"`tracerl {command}`", missing))
 
 
 def _register_demo(app: typer.Typer) -> None:
@@ -51,8 +56,7 @@ PARTS = (
     Part(("collector",), "collector", lambda app: _module("collector.cli").register(app)),
     Part(("pipeline", "sql", "report"), "pipeline", lambda app: _module("pipeline.cli").register(app)),
     Part(("serve",), "train", lambda app: _module("trainer.serving.cli").register(app)),
-    Part(("train",), "torch", _register_training),
-    Part(("policy",), "train", lambda app: None),  # registered with the rounds by the part above
+    Part(("train", "policy"), "torch", _register_training, command_extras=(("policy", "train"),)),
     Part(("demo",), "train", _register_demo),
 )
 
@@ -70,14 +74,16 @@ def _unavailable(app: typer.Typer, name: str, message: str) -> None:
     app.command(name, context_settings=UNAVAILABLE, add_help_option=False, help=f"(not installed: needs {help_text})")(unavailable)
 
 
-def build_app() -> typer.Typer:
+def build_app(command: str | None = None) -> typer.Typer:
+    """The ``tracerl`` app; with ``command`` (the one about to run), only the part that has it,
+    unless no part has it (``version``, a typo): then every part, so that errors list them all."""
     app = typer.Typer(
         name="tracerl",
         help="Train any LLM agent with reinforcement learning from its OpenTelemetry traces.",
         no_args_is_help=True,
         add_completion=False,
     )
-    for part in PARTS:
+    for part in [p for p in PARTS if command in p.commands] or PARTS:
         missing = missing_modules(part.extra) if part.extra else []
         if not missing:
             try:
@@ -88,7 +94,8 @@ def build_app() -> typer.Typer:
                     raise
                 missing = [exc.name]
         for name in part.commands:
-            _unavailable(app, name, missing_message(part.extra, f"`tracerl {name}`", missing))
+            extra = dict(part.command_extras).get(name, part.extra)
+            _unavailable(app, name, missing_message(extra, f"`tracerl {name}`", missing_modules(extra) if extra != part.extra else missing))
 
     @app.command()
     def version() -> None:
@@ -98,7 +105,12 @@ def build_app() -> typer.Typer:
     return app
 
 
-app = build_app()
+def __getattr__(name: str) -> typer.Typer:
+    """``tracerl.cli.app``, every part registered (tests drive it with typer's CliRunner); made on first use."""
+    if name == "app":
+        globals()["app"] = built = build_app()
+        return built
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def launcher_argument(argv: list[str]) -> list[str]:
@@ -116,7 +128,8 @@ def launcher_argument(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
-    app(args=launcher_argument(sys.argv[1:]))
+    argv = launcher_argument(sys.argv[1:])
+    build_app(argv[0] if argv and not argv[0].startswith("-") else None)(args=argv)
 
 
 def pipeline_main() -> None:
