@@ -19,16 +19,12 @@ import argparse
 import os
 import re
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
-from tracerl_testing.tables import table_files
+from collector_throughput import count_rows, start_tracerl
 from tracerl_testing.loadgen import encode_batches, flood, make_spans
 
 MiB = 1 << 20
@@ -51,14 +47,8 @@ def tree_rss(pid: int) -> int:
 
 def run(mode: str, args: argparse.Namespace, bodies: list[bytes]) -> dict:
     out = Path(tempfile.mkdtemp(prefix=f"collector-overload-{mode}-"))
-    command = [sys.executable, "-m", "tracerl", "collector", "serve", "--out", str(out), "--http-port", "0", "--grpc-port", "-1",
-               "--log-level", "warning", "--max-inflight-mb", str(args.max_inflight_mb), "--max-backlog-mb", str(args.max_backlog_mb)]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    match = re.search(r"OTLP/HTTP \S+:(\d+)", proc.stdout.readline())
-    if not match:
-        proc.kill()
-        raise RuntimeError("tracerl collector did not start")
-    port = int(match.group(1))
+    proc, port, _ = start_tracerl(out, "--grpc-port", "-1", "--max-inflight-mb", str(args.max_inflight_mb),
+                                  "--max-backlog-mb", str(args.max_backlog_mb))
     idle = tree_rss(proc.pid)
     peak, sampling = idle, True
 
@@ -77,7 +67,7 @@ def run(mode: str, args: argparse.Namespace, bodies: list[bytes]) -> dict:
     sampler.join()
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=120)
-    stored = sum(pq.read_metadata(p).num_rows for p in table_files(out, "spans"))
+    stored = count_rows(out)
     acked = len(tally.acknowledged) * args.batch
     return {"mode": mode, "idle_mib": idle / MiB, "peak_mib": peak / MiB, "goodput": acked / elapsed,
             "acked": acked, "stored": stored, "replies": dict(sorted(tally.replies.items()))}

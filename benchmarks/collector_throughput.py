@@ -169,18 +169,17 @@ def grpc_sender(port: int, clients: int, bodies: list[bytes]) -> Callable[[int, 
     return send
 
 
-def start_tracerl(out: Path, workers: int) -> tuple[subprocess.Popen, int, int]:
+def start_tracerl(out: Path, *options: str) -> tuple[subprocess.Popen, int, int | None]:
+    """``tracerl collector serve --out OUT`` on free ports with ``options``; its process and ports (gRPC None when off)."""
     command = [sys.executable, "-m", "tracerl", "collector", "serve", "--out", str(out), "--http-port", "0",
-               "--grpc-port", "0", "--log-level", "warning"]
-    if workers > 1:
-        command += ["--workers", str(workers)]
+               "--grpc-port", "0", "--log-level", "warning", *options]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
-    match = re.search(r"OTLP/HTTP \S+:(\d+) OTLP/gRPC (\d+)", line)
+    match = re.search(r"OTLP/HTTP \S+:(\d+) OTLP/gRPC (\d+|off)", line)
     if not match:
         proc.kill()
         raise RuntimeError(f"tracerl collector did not start: {line!r}")
-    return proc, int(match.group(1)), int(match.group(2))
+    return proc, int(match.group(1)), None if match.group(2) == "off" else int(match.group(2))
 
 
 def start_agl(agl: str) -> tuple[subprocess.Popen, int]:
@@ -256,7 +255,7 @@ def main() -> None:
           f"{os.cpu_count()} CPUs")
 
     try:
-        proc, http_port, grpc_port = start_tracerl(tmp / "tracerl", args.workers)
+        proc, http_port, grpc_port = start_tracerl(tmp / "tracerl", *(["--workers", str(args.workers)] if args.workers > 1 else []))
         n = len(bodies)
         try:
             warm = closed_loop("warm-up", http_sender(http_port, 1, bodies), n, args.batch, 1, 1.0)

@@ -95,7 +95,7 @@ def build_app(command: str | None = None) -> typer.Typer:
                 missing = [exc.name]
         for name in part.commands:
             extra = dict(part.command_extras).get(name, part.extra)
-            _unavailable(app, name, missing_message(extra, f"`tracerl {name}`", missing_modules(extra) if extra != part.extra else missing))
+            _unavailable(app, name, missing_message(extra, f"`tracerl {name}`", missing if extra == part.extra else None))
 
     @app.command()
     def version() -> None:
