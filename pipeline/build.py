@@ -27,6 +27,7 @@ from tracerl.pipeline import air, credit, dataset_folder, episodes, judgment_log
 from tracerl.pipeline.counts import stage_counts, warnings
 from tracerl.pipeline.location import locate
 from tracerl.pipeline.options import EXPORTS, BuildOptions
+from tracerl.pipeline.tables import AFTER_ANALYZE
 from tracerl.pipeline.writer import dataset_tables, write_dataset
 from tracerl.schemas import DATASET_SCHEMA_VERSION, SPANS_SCHEMA_VERSION
 from tracerl.schemas import attributes as A
@@ -112,6 +113,13 @@ def analyze(
     return Analysis(con=con, files=files, options=options, rules=rules, counts=counts)
 
 
+def _keep_only_what_the_writer_reads(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop the relations the write does not read: their memory goes back before the token arrays arrive."""
+    for relation in reversed(AFTER_ANALYZE):  # views before the tables they read
+        if "writer" not in relation.read_by:
+            con.execute(f"DROP {relation.kind.upper()} {relation.name}")
+
+
 def build_dataset(
     spans: str | os.PathLike, out: str | os.PathLike, *, progress: Progress | None = None,
     on_rows: Callable[[int], None] | None = None, **options: Any,
@@ -132,6 +140,8 @@ def build_dataset(
         try:
             analysis = analyze(spans, opts, out=out_dir, progress=progress, temp_dir=tmp)
             con = analysis.con
+            clock = con.execute("SELECT max(end_ns) FROM span_meta").fetchall()[0][0]
+            _keep_only_what_the_writer_reads(con)
             progress("writing transitions", analysis.counts["transitions"])
             dropped: Counter = Counter()
             paths, rows = write_dataset(
@@ -147,7 +157,6 @@ def build_dataset(
             raise source.PipelineInputError(f"reading the span files failed ({exc}); {out_dir} was left as it was") from exc
         if not opts.incremental:
             dataset_folder.clear_previous(out_dir, previous)
-        clock = con.execute("SELECT max(end_ns) FROM span_meta").fetchall()[0][0]
         con.close()
     exported = {}
     if opts.exports:

@@ -106,6 +106,9 @@ RELATIONS: tuple[Relation, ...] = (
     Relation("chosen", "table", "credit", ("writer", "counts", "doctor", "sql"), _CHOSEN,
              "the calls that become transitions (token ids present), with reward, return, advantage and the "
              "file/row of their span"),
+    Relation("writer_rows", "table", "writer", ("writer",), (*_CHOSEN, "ready_at"),
+             "the chosen calls with the span file that completes their episode (ready_at), read a span file's rows at a time",
+             scratch=True),
     Relation("writer_part", "view", "writer", ("writer",), ("content_layout", "attributes", "events", "trace_id", "span_id", "position"),
              "the attributes, events and span of the rows being written, to read JSON messages in DuckDB (registered Arrow)",
              scratch=True),

@@ -1,20 +1,25 @@
 """Fetch the token arrays and messages of the chosen calls and write the dataset files.
 
 The light per-call table ``chosen`` (credit assigned) says, for every transition, which
-file and row hold its span. Span files are visited once, in order; each contributes the
-token arrays of its chosen rows (read with pyarrow, which decodes Parquet lists far
-faster than any row-wise path). An episode is emitted as soon as the last file holding
-one of its calls has been read, so memory holds only the episodes that straddle the
-current file. Rows come out ordered by (that file, episode, step): the same input gives
-the same rows in the same order. Files are written with
-:func:`tracerl.storage.write_parquet_atomic` as ``OUT/transitions-*.parquet``.
+file and row hold its span. It is streamed out of DuckDB ordered by that file, and span
+files are visited once, in order, the next one read ahead while the current one is
+assembled; each contributes the token arrays of its chosen rows (read with pyarrow,
+which decodes Parquet lists far faster than DuckDB or any row-wise path, and writes
+them 3x faster than DuckDB's COPY: measured on the 1M-span benchmark). An episode is
+emitted as soon as the last file holding one of its calls has been read, so memory holds
+only the episodes that straddle the current file. Rows come out ordered by (that file,
+episode, step): the same input gives the same rows in the same order. They are written a
+row group at a time into :class:`tracerl.storage.AtomicParquetFile` s, each
+``OUT/transitions-*.parquet`` committed whole: what the build holds is bounded by a row
+group and a span file, whatever the size of the input.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
 
 import duckdb
 import numpy as np
@@ -27,9 +32,13 @@ from tracerl.pipeline.messages import messages_json
 from tracerl.pipeline.source import SpanFiles
 from tracerl.pipeline.trajectory import merge_trajectories
 from tracerl.schemas import DATASET_SCHEMA
-from tracerl.storage import write_parquet_atomic
+from tracerl.storage import AtomicParquetFile
+
+Item = TypeVar("Item")
+Done = TypeVar("Done")
 
 FILE_ROWS = 131_072
+ROW_GROUP_ROWS = 16_384  # ~50 MB of a typical transition's token arrays: what the write holds at a time
 # token lists do not repeat: trying a dictionary for them costs time and space
 _WRITE_OPTIONS = {"use_dictionary": ["episode_id", "task_id", "split", "agent_name", "trace_id"], "write_statistics": ["episode_id", "step"]}
 _SPAN_COLUMNS = ("prompt_token_ids", "completion_token_ids", "completion_logprobs", "attributes", "events")
@@ -91,21 +100,42 @@ def _messages(con: duckdb.DuckDBPyConnection, part: pa.Table) -> tuple[pa.Array,
     return inputs, outputs
 
 
-def _with_span_columns(location: Location, path: str, meta: pa.Table, names: tuple[str, ...]) -> pa.Table:
-    """``meta`` (rows of file ``path``, at ``file_row``) with the span columns ``names`` appended (NULL where the file lacks one)."""
+def _span_columns(location: Location, path: str, names: tuple[str, ...]) -> tuple[pa.Table, set[str]]:
+    """The columns ``names`` of span file ``path``, all rows, and which of them the file has."""
     present = set(location.read_schema(path).names)
-    spans = location.read_table(path, [c for c in names if c in present]).take(meta.column("file_row"))
+    return location.read_table(path, [c for c in names if c in present]), present
+
+
+def _with_span_columns(meta: pa.Table, spans: pa.Table, present: set[str], names: tuple[str, ...]) -> pa.Table:
+    """``meta`` (rows of one file, at ``file_row``) with the span columns ``names`` appended (NULL where the file lacks one)."""
+    spans = spans.take(meta.column("file_row"))
     for name in names:
         column = spans.column(name) if name in present else pa.nulls(len(meta), _SPAN_TYPES[name])
         meta = meta.append_column(_RENAMED.get(name, name), column)
     return meta
 
 
-def _read_rows(con: duckdb.DuckDBPyConnection, location: Location, path: str, meta: pa.Table) -> pa.Table:
-    """``meta`` rows joined with their span's token arrays and messages from file ``path`` of ``location``."""
-    meta = _foreign_tokens(con, _with_span_columns(location, path, meta, _SPAN_COLUMNS))
-    inputs, outputs = _messages(con, meta)
-    return meta.append_column("input_messages", inputs).append_column("output_messages", outputs)
+def _ahead(work: Callable[[Item], Done], items: Iterable[Item]) -> Iterator[Done]:
+    """``work(item)`` of each item in order, the next one done on a thread while the caller uses this one.
+
+    For work that releases the GIL (pyarrow reading and taking rows): a span file is read
+    and its rows taken while the caller extracts the previous file's messages.
+    """
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        ahead: Future | None = None
+        for item in items:
+            current, ahead = ahead, pool.submit(work, item)
+            if current is not None:
+                yield current.result()
+        if ahead is not None:
+            yield ahead.result()
+
+
+def _with_content(con: duckdb.DuckDBPyConnection, part: pa.Table) -> pa.Table:
+    """Rows with their span columns, tokens of other conventions filled in, and their messages."""
+    part = _foreign_tokens(con, part)
+    inputs, outputs = _messages(con, part)
+    return part.append_column("input_messages", inputs).append_column("output_messages", outputs)
 
 
 def call_messages(con: duckdb.DuckDBPyConnection, found: SpanFiles, calls: pa.Table) -> pa.Table:
@@ -117,8 +147,9 @@ def call_messages(con: duckdb.DuckDBPyConnection, found: SpanFiles, calls: pa.Ta
     parts = []
     file_index = calls.column("file_index").to_numpy()
     for current in np.unique(file_index):
-        part = _with_span_columns(found.location, found.files[int(current)], calls.filter(pa.array(file_index == current)),
-                                  ("attributes", "events"))
+        names = ("attributes", "events")
+        spans, present = _span_columns(found.location, found.files[int(current)], names)
+        part = _with_span_columns(calls.filter(pa.array(file_index == current)), spans, present, names)
         inputs, outputs = _messages(con, part)
         parts.append(part.drop_columns(["attributes", "events"])
                      .append_column("input_messages", inputs).append_column("output_messages", outputs))
@@ -166,6 +197,9 @@ def _to_dataset(table: pa.Table, skipped: Counter) -> pa.Table:
     return table.select(DATASET_SCHEMA.names).cast(DATASET_SCHEMA)
 
 
+_OUTPUT_ORDER = [("ready_at", "ascending"), ("episode_id", "ascending"), ("step", "ascending")]
+
+
 def dataset_tables(
     con: duckdb.DuckDBPyConnection, found: SpanFiles, *, trajectory: bool, skipped: Counter
 ) -> Iterator[pa.Table]:
@@ -173,17 +207,28 @@ def dataset_tables(
 
     Calls dropped while writing are counted in ``skipped`` by reason.
     """
-    meta = con.sql(
-        """SELECT * FROM (SELECT *, max(file_index) OVER (PARTITION BY episode_id) AS ready_at FROM chosen)
-           ORDER BY ready_at, episode_id, step"""
-    ).to_arrow_table()
-    meta = meta.append_column("pos", pa.array(np.arange(meta.num_rows, dtype=np.int64)))
-    file_index = meta.column("file_index").to_numpy()
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE writer_rows AS "
+        "SELECT *, max(file_index) OVER (PARTITION BY episode_id) AS ready_at FROM chosen ORDER BY file_index"
+    )
+    files = [int(f) for (f,) in con.sql("SELECT DISTINCT file_index FROM writer_rows ORDER BY 1").fetchall()]
+
+    def rows_of_each_file() -> Iterator[tuple[int, pa.Table]]:
+        # a file's rows at a time: what is held is bounded by a span file, not by the input
+        for current in files:
+            yield current, con.sql(
+                "SELECT * FROM writer_rows WHERE file_index = $file ORDER BY ready_at, episode_id, step",
+                params={"file": current},
+            ).to_arrow_table()
+
+    def with_span_columns(rows: tuple[int, pa.Table]) -> tuple[int, pa.Table]:
+        current, meta = rows
+        spans, present = _span_columns(found.location, found.files[current], _SPAN_COLUMNS)
+        return current, _with_span_columns(meta, spans, present, _SPAN_COLUMNS)
+
     pending: list[pa.Table] = []  # rows read already whose episode also has calls in a later file
-    for current in np.unique(file_index):
-        # rows of this file, taken in output order (pos), so a file that completes all its
-        # episodes needs no reordering
-        part = _read_rows(con, found.location, found.files[int(current)], meta.filter(pa.array(file_index == current)))
+    for current, part in _ahead(with_span_columns, rows_of_each_file()):
+        part = _with_content(con, part)
         later = part.column("ready_at").to_numpy() > current
         if later.any():
             pending.append(part.filter(pa.array(later)))
@@ -193,45 +238,74 @@ def dataset_tables(
             now = waiting.column("ready_at").to_numpy() == current
             if now.any():
                 pending = [waiting.filter(pa.array(~now))] if (~now).any() else []
-                part = pa.concat_tables([waiting.filter(pa.array(now)), part])
-                part = part.take(pc.sort_indices(part.column("pos")))
+                part = pa.concat_tables([waiting.filter(pa.array(now)), part]).sort_by(_OUTPUT_ORDER)
         if part.num_rows:
             table = _to_dataset(part, skipped)
             if trajectory:
                 table = pa.Table.from_pylist(list(merge_trajectories(table.to_pylist())), schema=DATASET_SCHEMA)
             yield table
+    con.execute("DROP TABLE writer_rows")
+
+
+def _row_groups(tables: Iterable[pa.Table], rows: int) -> Iterator[pa.Table]:
+    """The tables' rows regrouped into tables of ``rows`` rows (the last one smaller)."""
+    held: list[pa.Table] = []
+    size = 0
+    for table in tables:
+        held.append(table)
+        size += table.num_rows
+        while size >= rows:
+            joined = pa.concat_tables(held)
+            yield joined.slice(0, rows)
+            held, size = [joined.slice(rows)], size - rows
+    if size:
+        yield pa.concat_tables(held)
 
 
 def write_dataset(
-    tables: Iterator[pa.Table], out: str, on_rows: Callable[[int], None] = lambda n: None
+    tables: Iterable[pa.Table], out: str, on_rows: Callable[[int], None] = lambda n: None
 ) -> tuple[list[str], int]:
     """Write the tables as ``out/transitions-*.parquet`` of up to ``FILE_ROWS`` rows; return paths and rows.
 
-    Compressing and writing a file (pyarrow releases the GIL) overlaps with reading the
-    next span files; at most one file is being written while the next is assembled.
+    Encoding and compressing a row group (pyarrow releases the GIL) overlaps with
+    assembling the next; at most one row group is being written while the next is made.
+    A failure discards the file being written (the caller removes the committed ones).
     """
     paths: list[str] = []
-    buffered: list[pa.Table] = []
-    size = total = 0
+    total = in_file = 0
+    file: AtomicParquetFile | None = None
     with ThreadPoolExecutor(max_workers=1) as pool:
         writing: Future | None = None
 
-        def flush() -> Future:
+        def then(step: Callable[..., object], *args: object) -> None:
+            """Run ``step`` on the writing thread once the step before it is over (its error raised here)."""
+            nonlocal writing
             if writing is not None:
-                paths.append(writing.result())
-            table = pa.concat_tables(buffered)
-            return pool.submit(write_parquet_atomic, table, out, prefix="transitions", **_WRITE_OPTIONS)
+                writing.result()
+            writing = pool.submit(step, *args)
 
-        for table in tables:
-            buffered.append(table)
-            size += table.num_rows
-            total += table.num_rows
-            on_rows(table.num_rows)
-            if size >= FILE_ROWS:
-                writing = flush()
-                buffered, size = [], 0
-        if size:
-            writing = flush()
-        if writing is not None:
-            paths.append(writing.result())
+        try:
+            for group in _row_groups(tables, ROW_GROUP_ROWS):
+                if file is None:
+                    file, in_file = AtomicParquetFile(out, DATASET_SCHEMA, prefix="transitions", **_WRITE_OPTIONS), 0
+                then(file.write, group)
+                in_file += group.num_rows
+                total += group.num_rows
+                on_rows(group.num_rows)
+                if in_file >= FILE_ROWS:
+                    then(file.commit)
+                    paths.append(file.path)
+                    file = None
+            if file is not None:
+                then(file.commit)
+                paths.append(file.path)
+                file = None
+            if writing is not None:
+                writing.result()
+        except BaseException:
+            if writing is not None:
+                writing.exception()  # the file is closed only once its last write is over
+            if file is not None:
+                file.discard()
+            raise
     return paths, total

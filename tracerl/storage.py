@@ -38,6 +38,77 @@ def new_file_name(prefix: str) -> str:
     return f"{prefix}-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet"
 
 
+class AtomicParquetFile:
+    """One new immutable Parquet file, written a row group at a time and committed whole.
+
+    Until :meth:`commit` the file lives under a dot-name (locally) or as an unfinished
+    upload (object stores), so readers see all of it or nothing; :meth:`discard` (or
+    leaving the ``with`` block by an exception) removes what was written. Writing in row
+    groups lets a producer stream a file far larger than the memory it holds.
+    ``write_options`` go to :class:`pyarrow.parquet.ParquetWriter` (e.g. ``use_dictionary``).
+    """
+
+    def __init__(
+        self, root: str | os.PathLike, schema: pa.Schema, *, prefix: str, partition: str | None = None,
+        compression: str = "zstd", **write_options: Any,
+    ) -> None:
+        self._fs, base = resolve(root)
+        folder = f"{base}/{partition}" if partition else base
+        name = new_file_name(prefix)
+        self.path = f"{folder}/{name}"
+        self._folder = folder
+        self._local = isinstance(self._fs, pafs.LocalFileSystem)
+        if self._local:
+            os.makedirs(folder, exist_ok=True)
+            self._tmp = f"{folder}/.{name}.tmp"
+            # Written by Arrow's own file (C++): pyarrow writing through a Python file object takes
+            # the GIL for every page it writes, and when the process's other threads are busy (an
+            # agent's calls) each of those hand-overs is paid in CPU: 4x the writer's own cost here
+            # (5 -> 20 ms per file). Encoding into memory first avoided that too, but copied large
+            # files twice (the in-process exporter's throughput fell ~20 %).
+            self._stream = pa.OSFile(self._tmp, "wb")
+        else:
+            self._fs.create_dir(folder, recursive=True)
+            self._stream = self._fs.open_output_stream(self.path)
+        self._writer = pq.ParquetWriter(self._stream, schema, compression=compression, **write_options)
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        """Append ``table`` as the file's next row group(s)."""
+        self._writer.write_table(table)
+        self.rows += table.num_rows
+
+    def commit(self) -> str:
+        """Finish the file and make it visible, durably; return its path."""
+        self._writer.close()
+        self._stream.close()
+        if self._local:
+            fsync_file(self._tmp)
+            os.replace(self._tmp, self.path)
+            fsync_dir(self._folder)
+        return self.path
+
+    def discard(self) -> None:
+        """Drop what was written; the file never becomes visible."""
+        try:
+            self._writer.close()
+        finally:
+            self._stream.close()
+            if self._local and os.path.exists(self._tmp):
+                os.unlink(self._tmp)
+            elif not self._local:
+                self._fs.delete_file(self.path)  # the upload completed on close: remove it
+
+    def __enter__(self) -> AtomicParquetFile:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is None:
+            self.commit()
+        else:
+            self.discard()
+
+
 def write_parquet_atomic(
     table: pa.Table,
     root: str | os.PathLike,
@@ -47,32 +118,11 @@ def write_parquet_atomic(
     compression: str = "zstd",
     **write_options: Any,
 ) -> str:
-    """Write ``table`` as one new immutable file under ``root[/partition]``; return its path.
-
-    ``write_options`` go to :func:`pyarrow.parquet.write_table` (e.g. ``use_dictionary``).
-    """
-    fs, base = resolve(root)
-    folder = f"{base}/{partition}" if partition else base
-    name = new_file_name(prefix)
-    final = f"{folder}/{name}"
-    if isinstance(fs, pafs.LocalFileSystem):
-        os.makedirs(folder, exist_ok=True)
-        tmp = f"{folder}/.{name}.tmp"
-        # Written by Arrow's own file (C++): pyarrow writing through a Python file object takes
-        # the GIL for every page it writes, and when the process's other threads are busy (an
-        # agent's calls) each of those hand-overs is paid in CPU: 4x the writer's own cost here
-        # (5 -> 20 ms per file). Encoding into memory first avoided that too, but copied large
-        # files twice (the in-process exporter's throughput fell ~20 %).
-        with pa.OSFile(tmp, "wb") as handle:
-            pq.write_table(table, handle, compression=compression, **write_options)
-        fsync_file(tmp)
-        os.replace(tmp, final)
-        fsync_dir(folder)
-    else:
-        fs.create_dir(folder, recursive=True)
-        with fs.open_output_stream(final) as stream:
-            pq.write_table(table, stream, compression=compression, **write_options)
-    return final
+    """Write ``table`` as one new immutable file under ``root[/partition]``; return its path."""
+    with AtomicParquetFile(root, table.schema, prefix=prefix, partition=partition, compression=compression,
+                           **write_options) as file:
+        file.write(table)
+    return file.path
 
 
 def fsync_file(path: str | os.PathLike) -> None:

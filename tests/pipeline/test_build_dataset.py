@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tracerl.pipeline import PipelineInputError, build_dataset, dataset_table, read_manifest
+from tracerl.pipeline import PipelineInputError, build_dataset, dataset_table, read_manifest, writer
 from tracerl.schemas import DATASET_SCHEMA, DATASET_SCHEMA_VERSION
 from tracerl_testing.span_builders import episode_span, llm_call, reward_span, tool_span, write_spans
 
@@ -54,6 +55,39 @@ def test_same_input_gives_the_same_rows(data_dir, tmp_path):
     build_dataset(data_dir, tmp_path / "a")
     build_dataset(data_dir, tmp_path / "b")
     assert dataset_table(tmp_path / "a").equals(dataset_table(tmp_path / "b"))
+
+
+def test_episodes_spread_over_span_files_come_out_whole_in_files_of_row_groups(data_dir, tmp_path, monkeypatch):
+    # span file k holds the start of episode k and the end of episode k-1: no file completes its own episodes
+    episodes = [_two_call_episode(f"e{k}", "t1", float(k % 2)) for k in range(6)]
+    for k in range(7):
+        write_spans(data_dir, (episodes[k][:3] if k < 6 else []) + (episodes[k - 1][3:] if k else []))
+    build_dataset(data_dir, tmp_path / "whole")
+    expected = dataset_table(tmp_path / "whole")
+    assert [(r["episode_id"], r["step"]) for r in expected.to_pylist()] == [(f"e{k}", s) for k in range(6) for s in (0, 1)]
+
+    # the same rows in the same order when written in row groups of 2 and files of 4 rows
+    monkeypatch.setattr(writer, "ROW_GROUP_ROWS", 2)
+    monkeypatch.setattr(writer, "FILE_ROWS", 4)
+    manifest = build_dataset(data_dir, tmp_path / "small")
+    assert dataset_table(tmp_path / "small").equals(expected)
+    files = sorted((tmp_path / "small").glob("transitions-*.parquet"))
+    assert [pq.ParquetFile(f).metadata.num_row_groups for f in files] == [2, 2, 2]
+    assert manifest["outputs"]["files"] == [f.name for f in files] and manifest["counts"]["rows_written"] == 12
+
+
+def test_a_write_that_fails_leaves_no_half_written_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(writer, "ROW_GROUP_ROWS", 1)
+    row = {"episode_id": "e", "step": 0, "prompt_token_ids": [1], "response_token_ids": [2], "reward": 0.0, "return": 0.0,
+           "advantage": 0.0, "trace_id": "t", "span_id": "s"}
+
+    def tables():
+        yield pa.Table.from_pylist([row, row], schema=DATASET_SCHEMA)  # a row group written, the file not committed
+        raise OSError("the span files went away")
+
+    with pytest.raises(OSError, match="went away"):
+        writer.write_dataset(tables(), str(tmp_path))
+    assert not list(tmp_path.iterdir())
 
 
 def test_rebuilding_into_the_same_folder_replaces_the_dataset(data_dir, tmp_path):
