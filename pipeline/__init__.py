@@ -1,4 +1,4 @@
-"""Spans -> episodes -> training transitions (DuckDB/Polars, out of core).
+"""Spans -> episodes -> training transitions (DuckDB, out of core).
 
 ``build_dataset(spans, out, **options)`` is the one entry point; see
 :class:`tracerl.pipeline.options.BuildOptions` for the options and ``pipeline doctor``

@@ -1,8 +1,8 @@
 """``build_dataset``: spans -> episodes -> rewards -> credit -> ``OUT/transitions-*.parquet`` + manifest.
 
-The heavy lifting happens in DuckDB over the Parquet files (out of core, every core);
-credit assignment runs in Polars on the light per-call table; token arrays are read
-only once, when the rows are written. :func:`analyze` runs every stage but the write
+Every stage but the write is DuckDB SQL over the Parquet files (out of core, every core,
+spilling beyond ``--memory-limit``); token arrays are read only once, when the rows are
+written, a span file at a time. :func:`analyze` runs every stage but the write
 and returns the counts, which is what ``pipeline doctor`` explains. The stages, and the
 tables through which they pass their work on, are described in ``pipeline/README.md``;
 the output folder's layout in :mod:`tracerl.pipeline.dataset_folder`.
@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -28,7 +27,8 @@ from tracerl.pipeline.counts import stage_counts, warnings
 from tracerl.pipeline.location import locate
 from tracerl.pipeline.options import EXPORTS, BuildOptions
 from tracerl.pipeline.tables import AFTER_ANALYZE
-from tracerl.pipeline.writer import dataset_tables, write_dataset
+from tracerl.pipeline.retokenize import Retokenizer
+from tracerl.pipeline.writer import WriteTally, dataset_tables, write_dataset
 from tracerl.schemas import DATASET_SCHEMA_VERSION, SPANS_SCHEMA_VERSION
 from tracerl.schemas import attributes as A
 
@@ -108,7 +108,9 @@ def analyze(
         con, agents=options.agents, splits=options.splits, policy_versions=options.policy_versions, policies=options.policies,
     )
     selection.attach_rewards(con, options.reward_weights)
-    credit.choose_transitions(con, credit=options.credit, gamma=options.gamma, advantage=options.advantage)
+    credit.choose_transitions(
+        con, credit=options.credit, gamma=options.gamma, advantage=options.advantage, retokenize=bool(options.retokenize),
+    )
     counts = stage_counts(con, files, previously, options.policies)
     return Analysis(con=con, files=files, options=options, rules=rules, counts=counts)
 
@@ -136,6 +138,7 @@ def build_dataset(
     started = time.time()
     progress = progress or _noop
     previous = set(dataset_folder.transition_files(out_dir))
+    retokenizer = Retokenizer(opts.retokenize) if opts.retokenize else None  # a bad folder fails before any work
     with tempfile.TemporaryDirectory(prefix=".duckdb-", dir=out_dir) as tmp:
         try:
             analysis = analyze(spans, opts, out=out_dir, progress=progress, temp_dir=tmp)
@@ -143,9 +146,9 @@ def build_dataset(
             clock = con.execute("SELECT max(end_ns) FROM span_meta").fetchall()[0][0]
             _keep_only_what_the_writer_reads(con)
             progress("writing transitions", analysis.counts["transitions"])
-            dropped: Counter = Counter()
+            tally = WriteTally()
             paths, rows = write_dataset(
-                dataset_tables(con, analysis.files, trajectory=opts.trajectory, skipped=dropped),
+                dataset_tables(con, analysis.files, trajectory=opts.trajectory, tally=tally, retokenizer=retokenizer),
                 str(out_dir), on_rows or (lambda n: None),
             )
         except _READ_ERRORS as exc:
@@ -166,10 +169,11 @@ def build_dataset(
         exported = export(out_dir, opts)
     counts = analysis.counts
     skipped = counts["llm_calls"]["skipped"]
-    for reason, n in dropped.items():
+    for reason, n in tally.skipped.items():
         skipped[reason] = skipped.get(reason, 0) + n
         counts["transitions"] -= n
     counts["llm_calls"]["skipped"] = dict(sorted(skipped.items()))
+    counts["llm_calls"]["retokenized"] = tally.retokenized
     counts["rows_written"] = rows
     manifest = {
         "tracerl_version": tracerl.__version__,

@@ -110,6 +110,7 @@ def build_dataset_cmd(
     export: Annotated[Optional[list[str]], typer.Option(help=f"Also write {', '.join(EXPORTS)} beside OUT, as OUT-{EXPORTS[0]}/... (repeatable; sft and dpo: demonstrations and preference pairs).")] = None,
     sft_min_reward: Annotated[float, typer.Option(help="--export sft: the score from which a task's best episode is a demonstration.")] = DEFAULTS.sft_min_reward,
     dpo_min_margin: Annotated[float, typer.Option(help="--export dpo: the least score difference between chosen and rejected.")] = DEFAULTS.dpo_min_margin,
+    retokenize: Annotated[Optional[str], typer.Option(metavar="TOKENIZER", help="The policy's model folder: calls captured without token ids (other instrumentations) get ids rebuilt from their messages, marked token_source=retokenized. Off by default: rebuilt ids can differ from those sampled.")] = DEFAULTS.retokenize,
     threads: Annotated[Optional[int], typer.Option(help="DuckDB threads (default: all cores).")] = DEFAULTS.threads,
     memory_limit: Annotated[str, typer.Option(help="DuckDB memory limit; beyond it DuckDB spills to disk.")] = DEFAULTS.memory_limit,
 ) -> None:
@@ -133,7 +134,7 @@ def build_dataset_cmd(
             manifest = build_dataset(
                 spans, out, progress=progress, on_rows=lambda n: bar.advance(task, n),
                 credit=credit, gamma=gamma, advantage=advantage, trajectory=trajectory, incremental=incremental,
-                threads=threads, memory_limit=memory_limit, **options,
+                retokenize=retokenize, threads=threads, memory_limit=memory_limit, **options,
             )
         except (PipelineInputError, ValueError) as exc:
             _fail(exc)

@@ -33,7 +33,8 @@ def stage_counts(
     no_reward_calls = one("SELECT count(*) FROM policy_calls WHERE episode_id NOT IN (SELECT episode_id FROM rewarded_episodes)")
     no_tokens = one(
         "SELECT count(*) FROM policy_calls WHERE NOT has_tokens AND coalesce(status_code, '') <> 'ERROR' "
-        "AND episode_id IN (SELECT episode_id FROM rewarded_episodes)"
+        "AND episode_id IN (SELECT episode_id FROM rewarded_episodes) "
+        "AND (trace_id, span_id) NOT IN (SELECT (trace_id, span_id) FROM chosen)"  # --retokenize chooses some
     )
     # a call that failed (error.type and the server's message on its span) is no call "without token ids"
     failed_messages = _grouped(
@@ -179,7 +180,9 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any], options: BuildOptions) -
     if inputs["span_files"] and not c["llm_calls"]["total"]:
         notes.append("no LLM calls found: spans need token ids or gen_ai/OpenLLMetry/OpenInference LLM attributes")
     labels = {
-        "no_token_ids": f"LLM call(s) without prompt/completion token ids (serve with token ids returned, e.g. vLLM {A.VLLM_RETURN_TOKEN_IDS_FIELD})",
+        "no_token_ids": f"LLM call(s) without prompt/completion token ids (serve with token ids returned, e.g. vLLM "
+                        f"{A.VLLM_RETURN_TOKEN_IDS_FIELD}; calls another instrumentation traced: --retokenize MODEL_FOLDER "
+                        "rebuilds them from their messages)",
         "failed": f"LLM call(s) failed (their spans' {A.ERROR_TYPE} and status message say why)",
         "agent_filter": f"LLM call(s) excluded by {'--policy (agents no policy names)' if options.policies else '--agents'}",
         "wrong_policy": "LLM call(s) served by another model than their agent's --policy (not trained on: give each agent its policy's model name)",
@@ -192,6 +195,10 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any], options: BuildOptions) -
     }
     for reason, n in c["llm_calls"]["skipped"].items():
         notes.append(f"{n} {labels.get(reason, reason)}")
+    if c["llm_calls"].get("retokenized"):
+        notes.append(f"{c['llm_calls']['retokenized']} transition(s) have token ids rebuilt from their messages with "
+                     f"--retokenize {options.retokenize} (token_source = '{A.TOKEN_SOURCE_RETOKENIZED}'): they may differ from "
+                     "the tokens the policy sampled")
     if c["llm_calls"].get("wrong_policy"):
         notes.append("calls routed to the wrong policy, as agent -> the model that served them: "
                      + "; ".join(f"{n} x {route}" for route, n in c["llm_calls"]["wrong_policy"].items())

@@ -1,16 +1,22 @@
 """Credit assignment (episode return -> each call) and advantage estimation per task group.
 
 :func:`choose_transitions` is the stage: it takes the policy calls of rewarded episodes
-with their immediate rewards from DuckDB, assigns credit in Polars (the per-call table
-is light: no tokens, no text) and leaves table ``chosen``, the rows the writer will
-write. :func:`assign_credit` is the arithmetic.
+with their immediate rewards and leaves table ``chosen``, the rows the writer will write.
+The arithmetic is one SQL query of window functions (:func:`credit_sql`) that DuckDB runs
+where the calls are, within its memory limit (spilling beyond it): assigning credit in
+Polars instead took the calls out of DuckDB and back, and at 4M calls held 2.6 GB
+outside any limit (``benchmarks/pipeline_build.py --episodes 1000000``).
+:func:`assign_credit` runs the same query over a table of calls, for tests and notebooks.
 
-Input of :func:`assign_credit`: one row per policy call with ``episode_id``, ``task_id``, ``step`` and its
+Input: one row per policy call with ``episode_id``, ``task_id``, ``step`` and its
 immediate ``reward`` (outcome rewards attached to the call plus intermediate ones).
 
 - ``identical`` (the paper): every call's return is the episode's total reward.
 - ``discounted``: ``G_t = r_t + gamma * G_{t+1}`` over the calls of the episode, so an
-  intermediate penalty weighs most on the call that caused it.
+  intermediate penalty weighs most on the call that caused it. Each call folds the rewards
+  of the calls after it, last first, in the same order as that recursion (exact, no
+  powers of gamma that could underflow); the work grows with the square of an episode's
+  length, a million operations for a 1,000-call episode.
 
 Advantages compare a call's return with the returns of the *episodes* of the same task
 (the group; episodes without a task id form one group). Group statistics count each
@@ -28,8 +34,7 @@ ones in the baseline:
 from __future__ import annotations
 
 import duckdb
-import numpy as np
-import polars as pl
+import pyarrow as pa
 
 from tracerl.pipeline.options import check_credit
 from tracerl.pipeline.rewards import OUTCOME_SOURCES
@@ -38,65 +43,67 @@ from tracerl.pipeline.sql_text import sql_str
 _STD_FLOOR = 1e-8
 
 
-def discounted_returns(episode_codes: np.ndarray, rewards: np.ndarray, gamma: float) -> np.ndarray:
-    """Reverse discounted sums within runs of equal ``episode_codes`` (rows sorted by episode, step)."""
-    out = np.empty_like(rewards, dtype=np.float64)
-    running = 0.0
-    for i in range(len(rewards) - 1, -1, -1):
-        if i == len(rewards) - 1 or episode_codes[i] != episode_codes[i + 1]:
-            running = 0.0
-        running = rewards[i] + gamma * running
-        out[i] = running
-    return out
-
-
-def assign_credit(calls: pl.DataFrame, *, credit: str, gamma: float, advantage: str) -> pl.DataFrame:
-    """``calls`` with ``return`` and ``advantage`` columns added, sorted by episode and step."""
-    check_credit(credit, gamma, advantage)
-    df = calls.sort("episode_id", "step")
+def _return_sql(credit: str, gamma: float) -> str:
     if credit == "identical":
-        df = df.with_columns(pl.col("reward").sum().over("episode_id").alias("return"))
-    else:
-        codes = df["episode_id"].cast(pl.Categorical).to_physical().to_numpy()
-        returns = discounted_returns(codes, df["reward"].to_numpy().astype(np.float64), gamma)
-        df = df.with_columns(pl.Series("return", returns))
-    group = pl.col("task_id").fill_null("")
-    episodes = (
-        df.group_by("episode_id", maintain_order=True)
-        .agg(pl.col("task_id").first(), pl.col("return").first().alias("episode_return"))
-        .with_columns(
-            pl.col("episode_return").mean().over(group).alias("group_mean"),
-            pl.col("episode_return").std(ddof=0).over(group).fill_null(0.0).alias("group_std"),
-            pl.col("episode_return").sum().over(group).alias("group_sum"),
-            pl.len().over(group).alias("group_size"),
-            pl.col("episode_return").mean().alias("batch_mean"),
+        return "sum(reward) OVER (PARTITION BY episode_id)"
+    # the rewards from this call to the episode's end, folded last first: G = r + gamma * G
+    later = "list(reward) OVER (PARTITION BY episode_id ORDER BY step ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING)"
+    return f"list_reduce(list_reverse({later}), lambda g, r: r + {float(gamma)!r} * g)"
+
+
+def _advantage_sql(advantage: str) -> str:
+    return {
+        "grpo": f"CASE WHEN group_std > {_STD_FLOOR} THEN (\"return\" - group_mean) / group_std ELSE \"return\" - group_mean END",
+        # a lone episode is its own baseline
+        "rloo": "\"return\" - CASE WHEN group_size > 1 THEN (group_sum - episode_return) / (group_size - 1) ELSE episode_return END",
+        "batch": "\"return\" - batch_mean",
+        "none": "\"return\"",
+    }[advantage]
+
+
+def credit_sql(calls: str, *, credit: str, gamma: float, advantage: str) -> str:
+    """A query giving relation ``calls`` with ``return`` and ``advantage`` appended (columns in order, rows unordered).
+
+    Group statistics take each episode once: its return is that of its first call.
+    """
+    check_credit(credit, gamma, advantage)
+    return f"""
+        WITH returned AS (SELECT *, {_return_sql(credit, gamma)} AS "return" FROM {calls}),
+        episode AS (
+            SELECT episode_id, coalesce(arg_min(task_id, step), '') AS task_group, arg_min("return", step) AS episode_return
+            FROM returned GROUP BY episode_id
+        ),
+        grouped AS (
+            SELECT episode_id, episode_return,
+                   avg(episode_return) OVER task AS group_mean,
+                   coalesce(stddev_pop(episode_return) OVER task, 0) AS group_std,
+                   sum(episode_return) OVER task AS group_sum,
+                   count(*) OVER task AS group_size,
+                   avg(episode_return) OVER () AS batch_mean
+            FROM episode WINDOW task AS (PARTITION BY task_group)
         )
-    )
-    df = df.join(episodes.drop("task_id"), on="episode_id", how="left", maintain_order="left")
-    g = pl.col("return")
-    if advantage == "grpo":
-        adv = pl.when(pl.col("group_std") > _STD_FLOOR).then(
-            (g - pl.col("group_mean")) / pl.col("group_std")
-        ).otherwise(g - pl.col("group_mean"))
-    elif advantage == "rloo":
-        others = (pl.col("group_sum") - pl.col("episode_return")) / (pl.col("group_size") - 1)
-        baseline = pl.when(pl.col("group_size") > 1).then(others).otherwise(pl.col("episode_return"))
-        adv = g - baseline
-    elif advantage == "batch":
-        adv = g - pl.col("batch_mean")
-    else:
-        adv = g
-    return df.with_columns(adv.cast(pl.Float64).alias("advantage")).drop(
-        "episode_return", "group_mean", "group_std", "group_sum", "group_size", "batch_mean"
-    )
+        SELECT returned.*, ({_advantage_sql(advantage)})::DOUBLE AS advantage
+        FROM returned JOIN grouped USING (episode_id)
+    """
 
 
-def choose_transitions(con: duckdb.DuckDBPyConnection, *, credit: str, gamma: float, advantage: str) -> None:
+def assign_credit(calls: pa.Table, *, credit: str, gamma: float, advantage: str) -> pa.Table:
+    """``calls`` with ``return`` and ``advantage`` columns added, sorted by episode and step."""
+    query = credit_sql("calls", credit=credit, gamma=gamma, advantage=advantage)
+    with duckdb.connect() as con:
+        con.register("calls", calls)
+        return con.sql(f"{query} ORDER BY episode_id, step").to_arrow_table()
+
+
+def choose_transitions(
+    con: duckdb.DuckDBPyConnection, *, credit: str, gamma: float, advantage: str, retokenize: bool = False,
+) -> None:
     """Tables ``rewarded_episodes`` and ``chosen``: policy calls of rewarded episodes with token ids, credit assigned.
 
     An episode counts as rewarded when an outcome reward (not only AIR penalties) with a
     non-zero weight reached one of its policy calls. Calls without token ids take part in
-    the credit of their episode (their step and reward count) but are not chosen.
+    the credit of their episode (their step and reward count) but are not chosen, unless
+    ``retokenize`` and their messages were captured (the writer rebuilds their ids).
     """
     outcome = ", ".join(sql_str(s) for s in OUTCOME_SOURCES)
     con.execute(
@@ -106,23 +113,20 @@ def choose_transitions(con: duckdb.DuckDBPyConnection, *, credit: str, gamma: fl
         WHERE source IN ({outcome}) AND weight <> 0
         """
     )
-    calls = con.sql(
-        """
-        SELECT p.episode_id, p.task_id, p.split, p.agent_name, p.step, p.policy_version, p.policy_name, p.trace_id, p.span_id,
-               p.response_id, p.file_index, p.file_row, p.content_layout, p.has_tokens,
-               coalesce(r.reward, 0.0) AS reward
-        FROM policy_calls p
-        JOIN rewarded_episodes USING (episode_id)
-        LEFT JOIN (SELECT episode_id, step, sum(value * weight) AS reward FROM attached_rewards GROUP BY ALL) r
-            USING (episode_id, step)
-        """
-    ).pl()
-    if calls.is_empty():
-        calls = calls.with_columns(pl.lit(None, pl.Float64).alias("return"), pl.lit(None, pl.Float64).alias("advantage"))
-    else:
-        calls = assign_credit(calls, credit=credit, gamma=gamma, advantage=advantage)
-    con.register("credited", calls.to_arrow())
-    try:
-        con.execute("CREATE OR REPLACE TEMP TABLE chosen AS SELECT * FROM credited WHERE has_tokens")
-    finally:
-        con.unregister("credited")
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE chosen AS
+        WITH calls AS (
+            SELECT p.episode_id, p.task_id, p.split, p.agent_name, p.step, p.policy_version, p.policy_name, p.trace_id,
+                   p.span_id, p.response_id, p.file_index, p.file_row, p.content_layout, p.has_tokens, p.status_code,
+                   coalesce(r.reward, 0.0) AS reward
+            FROM policy_calls p
+            JOIN rewarded_episodes USING (episode_id)
+            LEFT JOIN (SELECT episode_id, step, sum(value * weight) AS reward FROM attached_rewards GROUP BY ALL) r
+                USING (episode_id, step)
+        )
+        SELECT * EXCLUDE (status_code) FROM ({credit_sql("calls", credit=credit, gamma=gamma, advantage=advantage)})
+        WHERE has_tokens OR ($retokenize AND content_layout IS NOT NULL AND coalesce(status_code, '') <> 'ERROR')
+        """,
+        {"retokenize": retokenize},
+    )

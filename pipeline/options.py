@@ -89,6 +89,9 @@ class BuildOptions:
     exports: tuple[str, ...] = ()
     sft_min_reward: float = 0.5  # --export sft: a task's best episode is a demonstration from this score on
     dpo_min_margin: float = 0.1  # --export dpo: chosen and rejected at least this far apart in score
+    # the policy's tokenizer (its model folder): calls captured without token ids but with their messages
+    # get ids rebuilt from the messages, marked token_source = "retokenized" (pipeline/retokenize.py)
+    retokenize: str | None = None
     threads: int | None = None
     memory_limit: str = "3GB"
 

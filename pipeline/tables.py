@@ -101,8 +101,6 @@ RELATIONS: tuple[Relation, ...] = (
              "each placeable reward with its weight and the step of the policy call that receives it"),
     Relation("rewarded_episodes", "table", "credit", ("credit", "counts"), ("episode_id",),
              "episodes that received an outcome reward with a non-zero weight"),
-    Relation("credited", "view", "credit", ("credit",), _CHOSEN,
-             "the policy calls of rewarded episodes after credit assignment in Polars (registered Arrow)", scratch=True),
     Relation("chosen", "table", "credit", ("writer", "counts", "doctor", "sql"), _CHOSEN,
              "the calls that become transitions (token ids present), with reward, return, advantage and the "
              "file/row of their span"),

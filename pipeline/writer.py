@@ -17,6 +17,7 @@ group and a span file, whatever the size of the input.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
@@ -29,9 +30,11 @@ import pyarrow.compute as pc
 from tracerl.pipeline.layouts import CONTENT_LAYOUTS, TOKEN_LAYOUTS, ContentLayout, tokens_sql
 from tracerl.pipeline.location import Location
 from tracerl.pipeline.messages import messages_json
+from tracerl.pipeline.retokenize import Retokenizer
 from tracerl.pipeline.source import SpanFiles
 from tracerl.pipeline.trajectory import merge_trajectories
 from tracerl.schemas import DATASET_SCHEMA
+from tracerl.schemas import attributes as A
 from tracerl.storage import AtomicParquetFile
 
 Item = TypeVar("Item")
@@ -175,6 +178,24 @@ def _foreign_tokens(con: duckdb.DuckDBPyConnection, part: pa.Table) -> pa.Table:
     return part
 
 
+@dataclass
+class WriteTally:
+    """What the write did beyond the rows it wrote: calls dropped, by reason, and rows whose ids were rebuilt."""
+
+    skipped: Counter = field(default_factory=Counter)
+    retokenized: int = 0
+
+
+def _token_source(part: pa.Table, retokenizer: Retokenizer | None, tally: WriteTally) -> pa.Table:
+    """``part`` with its ``token_source``; calls without token ids get them rebuilt when ``retokenizer`` is given."""
+    if retokenizer is None:
+        return part.append_column("token_source", pa.array([A.TOKEN_SOURCE_SERVED] * len(part), pa.string()))
+    part = retokenizer.fill(part)
+    rebuilt = pc.and_(pc.equal(part.column("token_source"), A.TOKEN_SOURCE_RETOKENIZED), pc.is_valid(part.column("prompt_token_ids")))
+    tally.retokenized += pc.sum(rebuilt).as_py() or 0
+    return part
+
+
 def _to_dataset(table: pa.Table, skipped: Counter) -> pa.Table:
     """Rows in dataset shape: response mask of ones, log-probs that do not match the response dropped.
 
@@ -201,11 +222,12 @@ _OUTPUT_ORDER = [("ready_at", "ascending"), ("episode_id", "ascending"), ("step"
 
 
 def dataset_tables(
-    con: duckdb.DuckDBPyConnection, found: SpanFiles, *, trajectory: bool, skipped: Counter
+    con: duckdb.DuckDBPyConnection, found: SpanFiles, *, trajectory: bool, tally: WriteTally,
+    retokenizer: Retokenizer | None = None,
 ) -> Iterator[pa.Table]:
     """Dataset tables of the ``chosen`` calls, one per span file that completes episodes.
 
-    Calls dropped while writing are counted in ``skipped`` by reason.
+    Calls dropped while writing, and rows whose token ids ``retokenizer`` rebuilt, are counted in ``tally``.
     """
     con.execute(
         "CREATE OR REPLACE TEMP TABLE writer_rows AS "
@@ -228,7 +250,7 @@ def dataset_tables(
 
     pending: list[pa.Table] = []  # rows read already whose episode also has calls in a later file
     for current, part in _ahead(with_span_columns, rows_of_each_file()):
-        part = _with_content(con, part)
+        part = _token_source(_with_content(con, part), retokenizer, tally)
         later = part.column("ready_at").to_numpy() > current
         if later.any():
             pending.append(part.filter(pa.array(later)))
@@ -240,7 +262,7 @@ def dataset_tables(
                 pending = [waiting.filter(pa.array(~now))] if (~now).any() else []
                 part = pa.concat_tables([waiting.filter(pa.array(now)), part]).sort_by(_OUTPUT_ORDER)
         if part.num_rows:
-            table = _to_dataset(part, skipped)
+            table = _to_dataset(part, tally.skipped)
             if trajectory:
                 table = pa.Table.from_pylist(list(merge_trajectories(table.to_pylist())), schema=DATASET_SCHEMA)
             yield table

@@ -46,6 +46,7 @@ GEN_AI_TEXT_PART = "text"  # the type of a text part; its text is in "content"
 GEN_AI_TOOL_CALL_PART = "tool_call"  # the type of a part that is a tool call
 GEN_AI_TOOL_CALL_ARGUMENTS = "arguments"  # field of a tool_call part (a JSON string)
 GEN_AI_TOOL_CALL_RESPONSE_PART = "tool_call_response"  # a tool's result sent back to the model; its text is in "response"
+GEN_AI_FINISH_REASON = "finish_reason"  # field of an output message: why generation stopped ("stop", "length", ...)
 GEN_AI_PROVIDER_OPENAI = "openai"  # gen_ai.provider.name of every OpenAI-compatible API tracerl captures
 # OTel's switch between conventions: with this value in it, only the latest GenAI names are written
 SEMCONV_STABILITY_OPT_IN_ENV = "OTEL_SEMCONV_STABILITY_OPT_IN"
@@ -124,6 +125,8 @@ HTTP_LLM_REQUEST_UNRECOGNISED = "unrecognised"
 # Only the transitions are Parquet and visible: the manifest is a dot-file, which pyarrow.dataset,
 # pandas and Hugging Face `datasets` skip when they read the folder.
 DATASET_FILES_GLOB = "transitions-*.parquet"
+TOKEN_SOURCE_SERVED = "served"  # the dataset's token_source: ids the server sampled, captured on the span
+TOKEN_SOURCE_RETOKENIZED = "retokenized"  # ids rebuilt from the messages (build-dataset --retokenize)
 DATASET_MANIFEST_FILE = ".manifest.json"
 DATASET_MANIFEST_SCHEMA_VERSION = "schema_version"  # key of the manifest: the rows' DATASET_SCHEMA_VERSION
 

@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from tracerl.schemas.versioned import versioned_schema
 
-DATASET_SCHEMA_VERSION = 2  # 2: policy_name
+DATASET_SCHEMA_VERSION = 3  # 2: policy_name; 3: token_source
 
 DATASET_SCHEMA = versioned_schema(
     "dataset",
@@ -21,6 +21,9 @@ DATASET_SCHEMA = versioned_schema(
         pa.field("response_token_ids", pa.list_(pa.int32()), nullable=False),
         pa.field("response_logprobs", pa.list_(pa.float32())),
         pa.field("response_mask", pa.list_(pa.int8())),  # 1 where a token is the policy's action
+        # where the token ids come from: "served" (what the server sampled, captured on the span) or
+        # "retokenized" (rebuilt from the messages with the policy's tokenizer: `build-dataset --retokenize`)
+        pa.field("token_source", pa.string(), nullable=False),
         pa.field("reward", pa.float64(), nullable=False),  # immediate reward of this call
         pa.field("return", pa.float64(), nullable=False),  # credit-assigned return
         pa.field("advantage", pa.float64(), nullable=False),

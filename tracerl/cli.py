@@ -4,7 +4,7 @@ A part whose extra is not installed (``pip install tracerl`` is capture only) ke
 commands in ``--help``; calling one says which extra to install instead of failing on an
 import. Parts are imported only when their extra is there, and a command imports its own
 part alone: ``tracerl collector serve`` does not import the pipeline's or the trainer's
-libraries (duckdb, polars, torch...: ~50 MiB resident in every collector worker, and a slower
+libraries (duckdb, torch...: ~50 MiB resident in every collector worker, and a slower
 start for every command).
 """
 

@@ -12,7 +12,7 @@ import importlib.util
 
 EXTRAS: dict[str, tuple[str, ...]] = {
     "collector": ("grpc", "starlette", "uvicorn", "google.protobuf"),
-    "pipeline": ("duckdb", "polars", "matplotlib"),
+    "pipeline": ("duckdb", "matplotlib"),
     # `tracerl train` alone: a GPU training node reads a dataset folder and trains, nothing more
     "torch": ("torch", "transformers"),
 }

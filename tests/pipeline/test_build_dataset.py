@@ -79,7 +79,7 @@ def test_episodes_spread_over_span_files_come_out_whole_in_files_of_row_groups(d
 def test_a_write_that_fails_leaves_no_half_written_file(tmp_path, monkeypatch):
     monkeypatch.setattr(writer, "ROW_GROUP_ROWS", 1)
     row = {"episode_id": "e", "step": 0, "prompt_token_ids": [1], "response_token_ids": [2], "reward": 0.0, "return": 0.0,
-           "advantage": 0.0, "trace_id": "t", "span_id": "s"}
+           "advantage": 0.0, "trace_id": "t", "span_id": "s", "token_source": "served"}
 
     def tables():
         yield pa.Table.from_pylist([row, row], schema=DATASET_SCHEMA)  # a row group written, the file not committed

@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
-import polars as pl
+import statistics
+
+import pyarrow as pa
 import pytest
 
 from tracerl.pipeline.credit import assign_credit
 
 
-def _calls(rows: list[tuple[str, str | None, int, float]]) -> pl.DataFrame:
-    return pl.DataFrame(rows, schema={"episode_id": pl.Utf8, "task_id": pl.Utf8, "step": pl.Int64, "reward": pl.Float64},
-                        orient="row")
+def _calls(rows: list[tuple[str, str | None, int, float]]) -> pa.Table:
+    names = ("episode_id", "task_id", "step", "reward")
+    return pa.Table.from_pylist([dict(zip(names, row, strict=True)) for row in rows],
+                                schema=pa.schema([("episode_id", pa.string()), ("task_id", pa.string()),
+                                                  ("step", pa.int64()), ("reward", pa.float64())]))
 
 
 # task a: episode a1 has two calls (rewards 0, 1), a2 one call (reward 0), a3 one call (reward 0.5)
 CALLS = [("a1", "a", 0, 0.0), ("a1", "a", 1, 1.0), ("a2", "a", 0, 0.0), ("a3", "a", 0, 0.5)]
 
 
-def _column(df: pl.DataFrame, name: str) -> list[float]:
-    return df.sort("episode_id", "step")[name].to_list()
+def _column(table: pa.Table, name: str) -> list[float]:
+    return table.sort_by([("episode_id", "ascending"), ("step", "ascending")]).column(name).to_pylist()
 
 
 def test_identical_credit_gives_every_call_the_episode_return():
@@ -44,7 +48,7 @@ def test_discounted_returns_and_grpo_on_episode_returns():
     # a1: G1 = 1, G0 = 0 + 0.9 * 1 = 0.9; a2: 0; a3: 0.5. Group stats on G0: 0.9, 0, 0.5
     df = assign_credit(_calls(CALLS), credit="discounted", gamma=0.9, advantage="grpo")
     assert _column(df, "return") == pytest.approx([0.9, 1.0, 0.0, 0.5])
-    mean, std = 1.4 / 3, pl.Series([0.9, 0.0, 0.5]).std(ddof=0)
+    mean, std = 1.4 / 3, statistics.pstdev([0.9, 0.0, 0.5])
     assert _column(df, "advantage") == pytest.approx([(g - mean) / std for g in (0.9, 1.0, 0.0, 0.5)])
 
 
@@ -67,6 +71,18 @@ def test_episodes_without_a_task_form_one_group():
     calls = [("n1", None, 0, 1.0), ("n2", None, 0, 0.0)]
     df = assign_credit(_calls(calls), credit="identical", gamma=1.0, advantage="rloo")
     assert _column(df, "advantage") == [1.0, -1.0]
+
+
+def test_discounted_returns_fold_long_episodes_exactly():
+    # 2,000 calls at gamma 0.5: gamma ** step underflows long before the end, the fold does not
+    rewards = [1.0 if step % 7 == 0 else -0.25 for step in range(2000)]
+    table = assign_credit(_calls([("long", "t", step, r) for step, r in enumerate(rewards)]), credit="discounted", gamma=0.5,
+                          advantage="none")
+    expected, running = [], 0.0
+    for r in reversed(rewards):
+        running = r + 0.5 * running
+        expected.append(running)
+    assert _column(table, "return") == expected[::-1]
 
 
 def test_bad_parameters_are_rejected():

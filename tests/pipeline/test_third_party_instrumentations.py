@@ -18,12 +18,16 @@ import subprocess
 import httpx
 import pytest
 
-from tracerl.pipeline import build_dataset
+from transformers import AutoTokenizer
+
+from tracerl.pipeline import build_dataset, dataset_table
 from tracerl.pipeline.build import analyze
 from tracerl.pipeline.messages import chat_messages
 from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.writer import call_messages
+from tracerl.schemas import attributes as A
 from tracerl.trainer.serving.app import running_server
+from tracerl.trainer.tiny_model import ensure_tiny_model
 from tracerl_testing.installs import install_venv
 
 pytestmark = pytest.mark.slow  # a venv per instrumentation, from PyPI
@@ -107,15 +111,16 @@ def policy_server():
 
 
 @pytest.mark.parametrize(("which", "env", "layout"), CASES, ids=[f"{c[0]}-{c[2]}" for c in CASES])
-def test_every_call_arrives_with_its_messages_and_stays_out_of_training_without_token_ids(
+def test_every_call_arrives_with_its_messages_and_trains_only_when_retokenized(
     which, env, layout, agent_venvs, policy_server, start_collector, data_dir, tmp_path
 ):
     python = agent_venvs(which)
+    model = httpx.get(f"{policy_server.base_url}/models").json()["data"][0]["id"]
     collector = start_collector(flush_interval_s=0.2, grpc=False)
     run_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACERL_", "TRACELOOP_"))}
     done = subprocess.run([str(python), "-c", AGENT, which], capture_output=True, text=True, timeout=180, cwd=python.parent,
                           env={**run_env, **env, "COLLECTOR": collector.http_url(), "BASE_URL": policy_server.base_url,
-                               "MODEL": httpx.get(f"{policy_server.base_url}/models").json()["data"][0]["id"]})
+                               "MODEL": model})
     assert done.returncode == 0, done.stderr[-3000:]
     collector.stop()
 
@@ -136,3 +141,17 @@ def test_every_call_arrives_with_its_messages_and_stays_out_of_training_without_
     manifest = build_dataset(data_dir, tmp_path / "ds", rewards=(str(rewards),))
     assert manifest["counts"]["llm_calls"]["skipped"] == {"no_token_ids": 4}
     assert manifest["counts"]["spans"]["content_layouts"] == {layout: 4}
+
+    # opted in: the calls train with ids rebuilt from their messages, each row marked so; the prompts are
+    # the ones the server itself makes of the same messages (asked here for its ids)
+    manifest = build_dataset(data_dir, tmp_path / "retokenized", rewards=(str(rewards),), retokenize=str(ensure_tiny_model()))
+    assert manifest["counts"]["llm_calls"]["skipped"] == {} and manifest["counts"]["llm_calls"]["retokenized"] == 4
+    assert any("rebuilt from their messages" in w for w in manifest["warnings"])
+    rebuilt = dataset_table(tmp_path / "retokenized").to_pylist()
+    assert {r["token_source"] for r in rebuilt} == {"retokenized"} and all(r["response_logprobs"] is None for r in rebuilt)
+    for row in rebuilt:
+        served = httpx.post(f"{policy_server.base_url}/chat/completions", json={
+            "model": model, "messages": chat_messages(row["input_messages"]), "max_tokens": 1, A.VLLM_RETURN_TOKEN_IDS_FIELD: True,
+        }).json()
+        assert row["prompt_token_ids"] == served[A.VLLM_PROMPT_TOKEN_IDS_FIELD]
+        assert row["response_token_ids"][-1] == AutoTokenizer.from_pretrained(ensure_tiny_model()).eos_token_id

@@ -40,7 +40,7 @@ def write_dataset():
                 "episode_id": f"ep{i}", "task_id": "t", "split": "train", "agent_name": None, "step": 0,
                 "response_mask": [1] * len(row["response_token_ids"]), "reward": row["advantage"],
                 "return": row["advantage"], "policy_version": 0, "trace_id": f"{i:032x}", "span_id": f"{i:016x}",
-                "response_id": None, "input_messages": None, "output_messages": None, **row,
+                "response_id": None, "input_messages": None, "output_messages": None, "token_source": "served", **row,
             })
         folder.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.Table.from_pylist(full, schema=DATASET_SCHEMA), folder / "transitions-0.parquet")

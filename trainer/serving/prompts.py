@@ -1,7 +1,7 @@
 """Turn OpenAI requests into prompt token ids, exactly as the policy sees them.
 
-Chat prompts go through the tokenizer's own chat template (``tokenize=False`` then one
-encode without extra special tokens, as vLLM does); completions prompts are text
+Chat prompts go through the tokenizer's own chat template
+(:func:`tracerl.chat_template.template_prompt_ids`, as vLLM does); completions prompts are text
 (encoded with the tokenizer's usual special tokens) or token ids taken verbatim.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from tracerl.chat_template import template_prompt_ids
 from tracerl.trainer.serving import tool_parser
 from tracerl.trainer.serving.protocol import ChatCompletionRequest, CompletionRequest, RequestError
 
@@ -31,16 +32,13 @@ def chat_prompt_ids(tokenizer, request: ChatCompletionRequest) -> list[int]:
         messages.append(entry)
     tools = [tool.model_dump(exclude_none=True) for tool in request.tools] if request.tools else None
     try:
-        text = tokenizer.apply_chat_template(
-            messages,
-            tools=tools,
+        return template_prompt_ids(
+            tokenizer, messages, tools=tools,
             add_generation_prompt=request.add_generation_prompt and not request.continue_final_message,
             continue_final_message=request.continue_final_message,
-            tokenize=False,
         )
     except Exception as exc:  # jinja raises TemplateError and friends for messages it rejects
         raise RequestError(f"the chat template rejected the messages: {exc}", param="messages") from None
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def completion_prompt_ids(tokenizer, request: CompletionRequest, vocab_size: int) -> list[list[int]]:
