@@ -10,6 +10,7 @@ from typing import Any
 
 import duckdb
 
+from tracerl.pipeline.log_content import CONTENT_EVENTS
 from tracerl.pipeline.options import GROUP_ADVANTAGES, BuildOptions
 from tracerl.pipeline.source import SpanFiles
 from tracerl.pipeline.sql_text import sql_str
@@ -57,9 +58,13 @@ def stage_counts(
                   "log_files": len(files.log_files)},
         # OTLP log records carrying GenAI message content (pipeline/log_content.py)
         "logs": {
-            "content_records": one("SELECT count(*) FROM log_records"),
+            "content_records": one(f"SELECT count(*) FROM log_records WHERE event_name IN {CONTENT_EVENTS}"),
+            # GenAI events of a name no stage reads (a newer conventions version): by name
+            "unknown_events": _grouped(
+                con, f"SELECT event_name, count(*) FROM log_records WHERE event_name NOT IN {CONTENT_EVENTS} GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 10"
+            ),
             "spans_with_content": one("SELECT count(*) FROM log_content"),
-            "without_span": one("SELECT count(*) FROM log_records WHERE span_id IS NULL OR trace_id IS NULL"),
+            "without_span": one(f"SELECT count(*) FROM log_records WHERE (span_id IS NULL OR trace_id IS NULL) AND event_name IN {CONTENT_EVENTS}"),
             "span_missing": one("SELECT count(*) FROM log_content WHERE (trace_id, span_id) NOT IN (SELECT (trace_id, span_id) FROM span_meta)"),
         },
         "spans": {
@@ -207,6 +212,9 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any], options: BuildOptions) -
     for name, missing in (c["llm_calls"].get("policy_agents_unseen") or {}).items():
         notes.append(f"--policy {name} names agent(s) no call has: {', '.join(missing)} (agent names seen: {seen})")
     logs = c.get("logs") or {}
+    if logs.get("unknown_events"):
+        notes.append("GenAI log records of events this tracerl does not read (a newer version of the semantic conventions?), "
+                     "their content not used: " + ", ".join(f"{n} x {name}" for name, n in logs["unknown_events"].items()))
     if logs.get("without_span"):
         notes.append(f"{logs['without_span']} log record(s) with message content name no span (emitted outside a span?): their content is not used")
     if logs.get("span_missing"):

@@ -93,7 +93,7 @@ class BuildOptions:
     # get ids rebuilt from the messages, marked token_source = "retokenized" (pipeline/retokenize.py)
     retokenize: str | None = None
     threads: int | None = None
-    memory_limit: str = "3GB"
+    memory_limit: str = "2GB"  # DuckDB's share: a build holds about this plus 0.3 GB (pipeline/README.md)
 
     def __post_init__(self) -> None:
         check_credit(self.credit, self.gamma, self.advantage)

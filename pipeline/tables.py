@@ -57,7 +57,7 @@ RELATIONS: tuple[Relation, ...] = (
              "every row of every span file, columns unified to the spans schema; file_index/file_row locate the row"),
     Relation("log_records", "table", "log_content", ("log_content", "counts"),
              ("trace_id", "span_id", "event_name", "body", "attributes", "time_unix_nano", "filename", "file_row_number"),
-             "the GenAI content records among the data dir's OTLP log records (logs/)"),
+             "the GenAI event records (gen_ai.*) among the data dir's OTLP log records (logs/); content is read from the events log_content knows"),
     Relation("log_content", "table", "log_content", ("normalize", "writer"), ("trace_id", "span_id", "input_messages", "output_messages"),
              "one row per span whose messages came as log records: its input and output messages as JSON"),
     Relation("judgments", "table", "judgment_log", ("counts",),

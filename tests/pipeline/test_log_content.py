@@ -1,6 +1,7 @@
 """Message content sent as OTLP log records, as the official GenAI instrumentations can send it,
 reaches the dataset: a real OTel SDK exports spans and logs to a real collector, the build joins
-each call's records to it. Records that name no span, or a span that never arrived, are counted."""
+each call's records to it. Records that name no span, or a span that never arrived, and GenAI
+events of a name the pipeline does not know, are counted."""
 
 from __future__ import annotations
 
@@ -56,6 +57,8 @@ def test_content_in_log_records_is_joined_to_its_call(collector, tmp_path):
     logger.emit(event_name=A.GEN_AI_OPERATION_DETAILS_EVENT, attributes={A.GEN_AI_INPUT_MESSAGES: "[]"},
                 context=trace.set_span_in_context(NonRecordingSpan(lost)))  # its span never arrives
     logger.emit(event_name="gen_ai.user.message", body={"content": "outside any span"})
+    for _ in range(2):  # an event of a later conventions version: counted by name, never guessed at
+        logger.emit(event_name="gen_ai.client.inference.operation.details.v2", attributes={A.GEN_AI_INPUT_MESSAGES: "[]"})
     spans.shutdown(), logs.shutdown()
     collector.stop()
 
@@ -68,6 +71,9 @@ def test_content_in_log_records_is_joined_to_its_call(collector, tmp_path):
     ]
     assert json.loads(rows["e2"]["output_messages"]) == [{"role": "assistant", "content": "4", "tool_calls": None, "finish_reason": "stop"}]
     assert manifest["counts"]["spans"]["content_layouts"] == {"gen_ai.log": 2}
-    assert manifest["counts"]["logs"] == {"content_records": 6, "spans_with_content": 3, "without_span": 1, "span_missing": 1}
+    assert manifest["counts"]["logs"] == {"content_records": 6, "spans_with_content": 3, "without_span": 1, "span_missing": 1,
+                                          "unknown_events": {"gen_ai.client.inference.operation.details.v2": 2}}
+    assert any("events this tracerl does not read" in w and "2 x gen_ai.client.inference.operation.details.v2" in w
+               for w in manifest["warnings"])
     assert any("1 log record(s) with message content name no span" in w for w in manifest["warnings"])
     assert any("1 span(s) have message log records but are not in the spans read" in w for w in manifest["warnings"])
