@@ -77,6 +77,80 @@ class Analysis:
         }
 
 
+@dataclass
+class Run:
+    """What the stages of one analysis share besides the connection: inputs, options, what earlier stages returned."""
+
+    files: source.SpanFiles
+    options: BuildOptions
+    out: Path | None
+    rules: list[air.Rule]
+    air_sql: str | None = None
+    previously: int = 0
+    counts: dict[str, Any] | None = None
+
+
+def _late_rewards(con: duckdb.DuckDBPyConnection, run: Run) -> None:
+    late = [source.check_rewards_file(con, file) for file in run.options.rewards]
+    source.register_late_rewards(con, run.files.reward_files + late)
+
+
+def _processed(con: duckdb.DuckDBPyConnection, run: Run) -> None:
+    run.previously = dataset_folder.register_processed(con, run.out, run.options.incremental)
+
+
+def _air(con: duckdb.DuckDBPyConnection, run: Run) -> None:
+    run.air_sql = air.air_rewards_sql(con, run.rules)
+
+
+def _policy_calls(con: duckdb.DuckDBPyConnection, run: Run) -> None:
+    o = run.options
+    selection.select_policy_calls(con, agents=o.agents, splits=o.splits, policy_versions=o.policy_versions, policies=o.policies)
+
+
+def _chosen(con: duckdb.DuckDBPyConnection, run: Run) -> None:
+    o = run.options
+    credit.choose_transitions(con, credit=o.credit, gamma=o.gamma, advantage=o.advantage, retokenize=bool(o.retokenize))
+
+
+def _counts(con: duckdb.DuckDBPyConnection, run: Run) -> None:
+    run.counts = stage_counts(con, run.files, run.previously, run.options.policies)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of :func:`analyze`: a function of module ``module`` run on the build's connection.
+
+    It reads and makes exactly the relations that :data:`tracerl.pipeline.tables.RELATIONS`
+    names for its module (``tests/pipeline/test_tables.py`` runs each module's stages on a
+    connection holding only those inputs, and with each one taken away).
+    """
+
+    module: str
+    run: Callable[[duckdb.DuckDBPyConnection, Run], None]
+    progress: str | None = None  # what the progress bar says from this stage on
+
+
+# the wiring of analyze(): stages in order, each module's relations as tables.py lists them
+STAGES: tuple[Stage, ...] = (
+    Stage("source", lambda con, run: source.register_raw_spans(con, run.files)),
+    Stage("log_content", lambda con, run: log_content.build_log_content(con, run.files.log_files)),
+    Stage("judgment_log", lambda con, run: judgment_log.register_judgments(con, run.files.judgment_files)),
+    Stage("source", _late_rewards),
+    Stage("dataset_folder", _processed),
+    Stage("normalize", lambda con, run: normalize.build_span_meta(con), progress="normalising spans"),
+    Stage("normalize", lambda con, run: normalize.build_spans_view(con)),
+    Stage("normalize", lambda con, run: normalize.build_llm_calls(con)),
+    Stage("episodes", lambda con, run: episodes.build_episodes(con, run.options.episode_timeout_s)),
+    Stage("air", _air, progress="collecting rewards"),
+    Stage("rewards", lambda con, run: rewards.build_rewards(con, run.air_sql)),
+    Stage("selection", _policy_calls),
+    Stage("selection", lambda con, run: selection.attach_rewards(con, run.options.reward_weights)),
+    Stage("credit", _chosen),
+    Stage("counts", _counts),
+)
+
+
 def analyze(
     spans: str | os.PathLike, options: BuildOptions, *, out: Path | None = None,
     progress: Progress = _noop, temp_dir: str | None = None,
@@ -89,30 +163,14 @@ def analyze(
     """
     files = source.find_span_files(spans)
     con = connect(options.threads, options.memory_limit, temp_dir)
+    run = Run(files=files, options=options, out=out, rules=air.load_rules(options.rules, defaults=options.default_rules))
     progress(f"reading {len(files.files)} span file(s)", None)
-    source.register_raw_spans(con, files)
-    log_content.build_log_content(con, files.log_files)
-    judgment_log.register_judgments(con, files.judgment_files)
-    late = [source.check_rewards_file(con, file) for file in options.rewards]
-    source.register_late_rewards(con, files.reward_files + late)
-    previously = dataset_folder.register_processed(con, out, options.incremental)
-    progress("normalising spans", None)
-    normalize.build_span_meta(con)
-    normalize.build_spans_view(con)
-    normalize.build_llm_calls(con)
-    episodes.build_episodes(con, options.episode_timeout_s)
-    rules = air.load_rules(options.rules, defaults=options.default_rules)
-    progress("collecting rewards", None)
-    rewards.build_rewards(con, air.air_rewards_sql(con, rules))
-    selection.select_policy_calls(
-        con, agents=options.agents, splits=options.splits, policy_versions=options.policy_versions, policies=options.policies,
-    )
-    selection.attach_rewards(con, options.reward_weights)
-    credit.choose_transitions(
-        con, credit=options.credit, gamma=options.gamma, advantage=options.advantage, retokenize=bool(options.retokenize),
-    )
-    counts = stage_counts(con, files, previously, options.policies)
-    return Analysis(con=con, files=files, options=options, rules=rules, counts=counts)
+    for stage in STAGES:
+        if stage.progress:
+            progress(stage.progress, None)
+        stage.run(con, run)
+    assert run.counts is not None  # the last stage counts
+    return Analysis(con=con, files=files, options=options, rules=run.rules, counts=run.counts)
 
 
 def _keep_only_what_the_writer_reads(con: duckdb.DuckDBPyConnection) -> None:

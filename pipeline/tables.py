@@ -1,11 +1,14 @@
-"""Every table and view a build creates in its DuckDB connection: who makes it, who reads it, its columns.
+"""Every table, view and macro a build creates in its DuckDB connection: who makes it, who reads it, its columns.
 
 The stages of the pipeline talk to each other only through these relations: a stage
 is a function that reads some of them and creates others. This registry is the one
 list of them, in the order the stages create them; ``pipeline/README.md`` shows it
-(``python -m tracerl.pipeline.tables`` prints that table) and
-``tests/pipeline/test_tables.py`` checks after a real build that exactly these exist,
-with exactly these columns, and that each is created by the module named here.
+(``python -m tracerl.pipeline.tables`` prints that table). ``tracerl.pipeline.build.STAGES``
+is the wiring that runs the stages, and ``tests/pipeline/test_tables.py`` holds both to
+this list: after a real build exactly these relations exist, with exactly these columns;
+each module's stages run on a connection that holds only the relations listed as read by
+it, make the ones listed as made by it, and fail when any one of their inputs is taken
+away (so a relation read but not listed, or listed but not read, fails the test).
 
 ``made_by`` and ``read_by`` name modules of :mod:`tracerl.pipeline`. A *scratch*
 relation is dropped (or unregistered) by the stage that made it; it never outlives
@@ -23,7 +26,7 @@ from tracerl.schemas import DATASET_SCHEMA, REWARDS_SCHEMA, SPANS_SCHEMA
 @dataclass(frozen=True)
 class Relation:
     name: str
-    kind: str  # "table" or "view"
+    kind: str  # "table", "view" or "macro" (columns: its parameters)
     made_by: str
     read_by: tuple[str, ...]
     columns: tuple[str, ...]
@@ -58,7 +61,7 @@ RELATIONS: tuple[Relation, ...] = (
     Relation("log_records", "table", "log_content", ("log_content", "counts"),
              ("trace_id", "span_id", "event_name", "body", "attributes", "time_unix_nano", "filename", "file_row_number"),
              "the GenAI event records (gen_ai.*) among the data dir's OTLP log records (logs/); content is read from the events log_content knows"),
-    Relation("log_content", "table", "log_content", ("normalize", "writer"), ("trace_id", "span_id", "input_messages", "output_messages"),
+    Relation("log_content", "table", "log_content", ("normalize", "counts", "writer"), ("trace_id", "span_id", "input_messages", "output_messages"),
              "one row per span whose messages came as log records: its input and output messages as JSON"),
     Relation("judgments", "table", "judgment_log", ("counts",),
              ("episode_id", "task_id", "judge_model", "rubric_sha256", "status", "reason", "score"),
@@ -73,6 +76,10 @@ RELATIONS: tuple[Relation, ...] = (
              (*_SPAN_META, "episode_id", "is_llm", "is_tool"),
              "one light row per distinct span: the attributes the stages need, episode resolved, call/tool flags, "
              "content layout"),
+    Relation("attr", "macro", "normalize", ("air", "counts", "judge", "sql"), ("a", "k"),
+             "attr(attributes, 'key'): one attribute's value as text (AIR rules, `tracerl sql`)"),
+    Relation("tool_call_arguments", "macro", "normalize", ("air",), ("a",),
+             "tool_call_arguments(attributes): the arguments of every tool call a model output, in any content layout"),
     Relation("spans", "view", "normalize", ("air", "sql"), (*SPANS_SCHEMA.names, "is_llm", "is_tool"),
              "each distinct span with all its columns, the resolved episode_id and the call/tool flags "
              "(what AIR rules and `tracerl sql` query)"),
@@ -85,7 +92,7 @@ RELATIONS: tuple[Relation, ...] = (
               "n_llm_spans", "pending", "truncated"),
              "one row per episode: task, split, agentlightning rollout and attempt ids, time bounds, "
              "finished / pending / truncated"),
-    Relation("air_hits", "table", "air", ("air",),
+    Relation("air_hits", "table", "air", ("rewards",),
              ("episode_id", "trace_id", "span_id", "start_time_unix_nano", "end_time_unix_nano", "hits"),
              "spans that match an AIR rule, one boolean per rule (all rules in one scan); air's SELECT of them "
              "becomes part of rewards"),
@@ -107,6 +114,9 @@ RELATIONS: tuple[Relation, ...] = (
     Relation("writer_rows", "table", "writer", ("writer",), (*_CHOSEN, "ready_at"),
              "the chosen calls with the span file that completes their episode (ready_at), read a span file's rows at a time",
              scratch=True),
+    Relation("writer_tokens", "view", "writer", ("writer",), ("prompt_token_ids", "response_token_ids", "response_logprobs", "attributes"),
+             "the rows being written whose span has no tracerl token columns, to read another convention's token "
+             "attributes in DuckDB (registered Arrow)", scratch=True),
     Relation("writer_part", "view", "writer", ("writer",), ("content_layout", "attributes", "events", "trace_id", "span_id", "position"),
              "the attributes, events and span of the rows being written, to read JSON messages in DuckDB (registered Arrow)",
              scratch=True),
@@ -115,7 +125,7 @@ RELATIONS: tuple[Relation, ...] = (
 )
 
 # relations that exist after analyze() (the build's stages before the write)
-AFTER_ANALYZE = tuple(r for r in RELATIONS if not r.scratch and r.made_by not in ("writer", "sql"))
+AFTER_ANALYZE = tuple(r for r in RELATIONS if not r.scratch and r.kind != "macro" and r.made_by not in ("writer", "sql"))
 
 _SCHEMAS = {"spans schema": SPANS_SCHEMA, "rewards schema": REWARDS_SCHEMA, "dataset schema": DATASET_SCHEMA}
 
