@@ -12,6 +12,7 @@ calls stay out of training, counted by reason.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -148,10 +149,13 @@ def test_every_call_arrives_with_its_messages_and_trains_only_when_retokenized(
     assert manifest["counts"]["llm_calls"]["skipped"] == {} and manifest["counts"]["llm_calls"]["retokenized"] == 4
     assert any("rebuilt from their messages" in w for w in manifest["warnings"])
     rebuilt = dataset_table(tmp_path / "retokenized").to_pylist()
+    eos = AutoTokenizer.from_pretrained(ensure_tiny_model()).eos_token_id
     assert {r["token_source"] for r in rebuilt} == {"retokenized"} and all(r["response_logprobs"] is None for r in rebuilt)
     for row in rebuilt:
         served = httpx.post(f"{policy_server.base_url}/chat/completions", json={
             "model": model, "messages": chat_messages(row["input_messages"]), "max_tokens": 1, A.VLLM_RETURN_TOKEN_IDS_FIELD: True,
         }).json()
         assert row["prompt_token_ids"] == served[A.VLLM_PROMPT_TOKEN_IDS_FIELD]
-        assert row["response_token_ids"][-1] == AutoTokenizer.from_pretrained(ensure_tiny_model()).eos_token_id
+        # the end-of-sequence token closes a response unless the instrumentation recorded a cut at the token limit
+        finish = json.loads(row["output_messages"])[-1].get("finish_reason")
+        assert (row["response_token_ids"][-1] == eos) == (finish != "length"), (finish, row["response_token_ids"])
