@@ -23,7 +23,7 @@ import pyarrow as pa
 
 import tracerl
 from tracerl.pipeline import air, credit, dataset_folder, episodes, judgment_log, log_content, normalize, rewards, selection, source
-from tracerl.pipeline.counts import stage_counts, warnings
+from tracerl.pipeline.counts import merge, warnings
 from tracerl.pipeline.location import locate
 from tracerl.pipeline.options import EXPORTS, BuildOptions
 from tracerl.pipeline.tables import AFTER_ANALYZE
@@ -86,8 +86,7 @@ class Run:
     out: Path | None
     rules: list[air.Rule]
     air_sql: str | None = None
-    previously: int = 0
-    counts: dict[str, Any] | None = None
+    previously: int = 0  # episodes an earlier incremental build already turned into transitions
 
 
 def _late_rewards(con: duckdb.DuckDBPyConnection, run: Run) -> None:
@@ -97,6 +96,10 @@ def _late_rewards(con: duckdb.DuckDBPyConnection, run: Run) -> None:
 
 def _processed(con: duckdb.DuckDBPyConnection, run: Run) -> None:
     run.previously = dataset_folder.register_processed(con, run.out, run.options.incremental)
+
+
+def _processed_counts(con: duckdb.DuckDBPyConnection, run: Run) -> dict[str, Any]:
+    return {"episodes": {"already_processed": run.previously}}
 
 
 def _air(con: duckdb.DuckDBPyConnection, run: Run) -> None:
@@ -113,8 +116,7 @@ def _chosen(con: duckdb.DuckDBPyConnection, run: Run) -> None:
     credit.choose_transitions(con, credit=o.credit, gamma=o.gamma, advantage=o.advantage, retokenize=bool(o.retokenize))
 
 
-def _counts(con: duckdb.DuckDBPyConnection, run: Run) -> None:
-    run.counts = stage_counts(con, run.files, run.previously, run.options.policies)
+Count = Callable[[duckdb.DuckDBPyConnection, Run], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -123,31 +125,41 @@ class Stage:
 
     It reads and makes exactly the relations that :data:`tracerl.pipeline.tables.RELATIONS`
     names for its module (``tests/pipeline/test_tables.py`` runs each module's stages on a
-    connection holding only those inputs, and with each one taken away).
+    connection holding only those inputs, and with each one taken away). ``count``, the
+    module's own counts of what it kept and dropped, runs right after it: its part of the
+    manifest's counts (:func:`tracerl.pipeline.counts.merge`).
     """
 
     module: str
     run: Callable[[duckdb.DuckDBPyConnection, Run], None]
+    count: Count | None = None
     progress: str | None = None  # what the progress bar says from this stage on
+
+    def apply(self, con: duckdb.DuckDBPyConnection, run: Run) -> dict[str, Any]:
+        self.run(con, run)
+        return self.count(con, run) if self.count else {}
 
 
 # the wiring of analyze(): stages in order, each module's relations as tables.py lists them
 STAGES: tuple[Stage, ...] = (
-    Stage("source", lambda con, run: source.register_raw_spans(con, run.files)),
-    Stage("log_content", lambda con, run: log_content.build_log_content(con, run.files.log_files)),
-    Stage("judgment_log", lambda con, run: judgment_log.register_judgments(con, run.files.judgment_files)),
+    Stage("source", lambda con, run: source.register_raw_spans(con, run.files), lambda con, run: source.counts(run.files)),
+    Stage("log_content", lambda con, run: log_content.build_log_content(con, run.files.log_files),
+          lambda con, run: log_content.counts(con)),
+    Stage("judgment_log", lambda con, run: judgment_log.register_judgments(con, run.files.judgment_files),
+          lambda con, run: judgment_log.counts(con, run.files.judgment_files)),
     Stage("source", _late_rewards),
-    Stage("dataset_folder", _processed),
+    Stage("dataset_folder", _processed, _processed_counts),
     Stage("normalize", lambda con, run: normalize.build_span_meta(con), progress="normalising spans"),
     Stage("normalize", lambda con, run: normalize.build_spans_view(con)),
-    Stage("normalize", lambda con, run: normalize.build_llm_calls(con)),
-    Stage("episodes", lambda con, run: episodes.build_episodes(con, run.options.episode_timeout_s)),
+    Stage("normalize", lambda con, run: normalize.build_llm_calls(con), lambda con, run: normalize.counts(con)),
+    Stage("episodes", lambda con, run: episodes.build_episodes(con, run.options.episode_timeout_s),
+          lambda con, run: episodes.counts(con)),
     Stage("air", _air, progress="collecting rewards"),
-    Stage("rewards", lambda con, run: rewards.build_rewards(con, run.air_sql)),
+    Stage("rewards", lambda con, run: rewards.build_rewards(con, run.air_sql), lambda con, run: rewards.counts(con)),
     Stage("selection", _policy_calls),
-    Stage("selection", lambda con, run: selection.attach_rewards(con, run.options.reward_weights)),
-    Stage("credit", _chosen),
-    Stage("counts", _counts),
+    Stage("selection", lambda con, run: selection.attach_rewards(con, run.options.reward_weights),
+          lambda con, run: selection.counts(con, run.options.policies)),
+    Stage("credit", _chosen, lambda con, run: credit.counts(con)),
 )
 
 
@@ -165,12 +177,12 @@ def analyze(
     con = connect(options.threads, options.memory_limit, temp_dir)
     run = Run(files=files, options=options, out=out, rules=air.load_rules(options.rules, defaults=options.default_rules))
     progress(f"reading {len(files.files)} span file(s)", None)
+    parts = []
     for stage in STAGES:
         if stage.progress:
             progress(stage.progress, None)
-        stage.run(con, run)
-    assert run.counts is not None  # the last stage counts
-    return Analysis(con=con, files=files, options=options, rules=run.rules, counts=run.counts)
+        parts.append(stage.apply(con, run))
+    return Analysis(con=con, files=files, options=options, rules=run.rules, counts=merge(parts))
 
 
 def _keep_only_what_the_writer_reads(con: duckdb.DuckDBPyConnection) -> None:

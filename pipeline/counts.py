@@ -1,7 +1,9 @@
-"""Counts of what each stage kept and dropped, and the plain-language warnings made from them.
+"""The counts of a build, merged from what each stage reports, and the plain-language warnings made from them.
 
-The build records them in its manifest (and the CLI prints the warnings); ``pipeline
-doctor`` shows them as a funnel. Both read the same numbers from here.
+Each stage module counts what it kept and dropped from its own relations (``counts(con)``
+beside the code that makes them; :data:`tracerl.pipeline.build.STAGES` calls it) and
+returns a part of the nested dict the manifest records; :func:`merge` puts the parts
+together. The CLI prints the warnings; ``pipeline doctor`` shows the counts as a funnel.
 """
 
 from __future__ import annotations
@@ -10,167 +12,41 @@ from typing import Any
 
 import duckdb
 
-from tracerl.pipeline.log_content import CONTENT_EVENTS
 from tracerl.pipeline.options import GROUP_ADVANTAGES, BuildOptions
-from tracerl.pipeline.source import SpanFiles
-from tracerl.pipeline.sql_text import sql_str
 from tracerl.schemas import attributes as A
 
 
-def _grouped(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, int]:
+def scalar(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
+    """The one value ``sql`` returns."""
+    return con.execute(sql).fetchall()[0][0]
+
+
+def grouped(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, int]:
+    """``{key: count}`` of a two-column ``sql``."""
     return {str(k): int(v) for k, v in con.execute(sql).fetchall()}
 
 
-def stage_counts(
-    con: duckdb.DuckDBPyConnection, files: SpanFiles, previously: int, policies: dict[str, tuple[str, ...]] | None = None,
-) -> dict[str, Any]:
-    """What each stage kept and dropped, read from the tables after the last stage (``chosen``).
+# the manifest's sections, in the order the funnel reads them
+SECTIONS = ("files", "logs", "spans", "episodes", "llm_calls", "rewards", "transitions", "task_groups", "judgments")
 
-    ``previously``: episodes an earlier incremental build already turned into transitions;
-    ``policies``: the build's {policy: agents}, whose agents no call has are listed.
-    """
-    one = lambda sql: con.execute(sql).fetchall()[0][0]  # noqa: E731
-    skipped_calls = _grouped(con, "SELECT excluded, count(*) FROM call_status WHERE excluded IS NOT NULL GROUP BY 1")
-    no_reward_calls = one("SELECT count(*) FROM policy_calls WHERE episode_id NOT IN (SELECT episode_id FROM rewarded_episodes)")
-    no_tokens = one(
-        "SELECT count(*) FROM policy_calls WHERE NOT has_tokens AND coalesce(status_code, '') <> 'ERROR' "
-        "AND episode_id IN (SELECT episode_id FROM rewarded_episodes) "
-        "AND (trace_id, span_id) NOT IN (SELECT (trace_id, span_id) FROM chosen)"  # --retokenize chooses some
-    )
-    # a call that failed (error.type and the server's message on its span) is no call "without token ids"
-    failed_messages = _grouped(
-        con,
-        "SELECT coalesce(m.status_message, '(no message)'), count(*) FROM policy_calls p JOIN span_meta m USING (trace_id, span_id) "
-        "WHERE NOT p.has_tokens AND p.status_code = 'ERROR' GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 5",
-    )
-    failed = one(
-        "SELECT count(*) FROM policy_calls WHERE NOT has_tokens AND status_code = 'ERROR' "
-        "AND episode_id IN (SELECT episode_id FROM rewarded_episodes)"
-    )
-    if no_reward_calls:
-        skipped_calls["episode_no_reward"] = no_reward_calls
-    if no_tokens:
-        skipped_calls["no_token_ids"] = no_tokens
-    if failed:
-        skipped_calls["failed"] = failed
-    return {
-        "files": {"read": len(files.files), "rejected": len(files.rejected), "reward_files": len(files.reward_files),
-                  "log_files": len(files.log_files)},
-        # OTLP log records carrying GenAI message content (pipeline/log_content.py)
-        "logs": {
-            "content_records": one(f"SELECT count(*) FROM log_records WHERE event_name IN {CONTENT_EVENTS}"),
-            # GenAI events of a name no stage reads (a newer conventions version): by name
-            "unknown_events": _grouped(
-                con, f"SELECT event_name, count(*) FROM log_records WHERE event_name NOT IN {CONTENT_EVENTS} GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 10"
-            ),
-            "spans_with_content": one("SELECT count(*) FROM log_content"),
-            "without_span": one(f"SELECT count(*) FROM log_records WHERE (span_id IS NULL OR trace_id IS NULL) AND event_name IN {CONTENT_EVENTS}"),
-            "span_missing": one("SELECT count(*) FROM log_content WHERE (trace_id, span_id) NOT IN (SELECT (trace_id, span_id) FROM span_meta)"),
-        },
-        "spans": {
-            "rows": one("SELECT count(*) FROM raw_spans"),
-            "distinct": one("SELECT count(*) FROM span_meta"),
-            "content_layouts": _grouped(con, "SELECT content_layout, count(*) FROM llm_calls GROUP BY 1 ORDER BY 1"),
-            # calls whose message JSON does not read: kept as text, still trained on from their token ids
-            "content_problems": _grouped(
-                con, "SELECT content_problem, count(*) FROM llm_calls WHERE content_problem IS NOT NULL GROUP BY 1 ORDER BY 1"
-            ),
-            # HTTP client spans of LLM requests: a captured call's transport, or a request no hook recognised
-            "http_llm_requests": _grouped(
-                con,
-                f"SELECT attr(attributes, {sql_str(A.HTTP_LLM_REQUEST)}), count(*) FROM raw_spans "
-                f"WHERE attributes LIKE {sql_str('%' + A.HTTP_LLM_REQUEST + '%')} GROUP BY 1 ORDER BY 1",
-            ),
-            "unrecognised_llm_requests": _grouped(
-                con,
-                f"SELECT coalesce(attr(attributes, {sql_str(A.URL_FULL)}), attr(attributes, {sql_str(A.HTTP_URL_OLD)})), "
-                f"count(*) FROM raw_spans WHERE attributes LIKE {sql_str('%' + A.HTTP_LLM_REQUEST + '%')} "
-                f"AND attr(attributes, {sql_str(A.HTTP_LLM_REQUEST)}) = {sql_str(A.HTTP_LLM_REQUEST_UNRECOGNISED)} "
-                "GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 5",
-            ),
-        },
-        "episodes": {
-            "total": one("SELECT count(*) FROM episodes"),
-            "finished": one("SELECT count(*) FROM episodes WHERE finished"),
-            "pending": one("SELECT count(*) FROM episodes WHERE pending"),
-            "truncated": one("SELECT count(*) FROM episodes WHERE truncated AND episode_id IN (SELECT episode_id FROM chosen)"),
-            "without_llm_calls": one("SELECT count(*) FROM episodes WHERE episode_id NOT IN (SELECT episode_id FROM llm_calls)"),
-            "with_policy_calls": one("SELECT count(DISTINCT episode_id) FROM policy_calls"),
-            "without_reward": one(
-                "SELECT count(DISTINCT episode_id) FROM policy_calls WHERE episode_id NOT IN (SELECT episode_id FROM rewarded_episodes)"
-            ),
-            # agentlightning's rollouts (ids or spans of its own) whose reward never reached the wire
-            "agentlightning_without_reward": one(
-                f"""SELECT count(DISTINCT p.episode_id) FROM policy_calls p JOIN episodes e USING (episode_id)
-                    WHERE p.episode_id NOT IN (SELECT episode_id FROM rewarded_episodes)
-                      AND (e.rollout_id IS NOT NULL OR p.episode_id IN (
-                          SELECT episode_id FROM span_meta WHERE starts_with(name, {sql_str(A.AGENTLIGHTNING_SPAN_NAME_PREFIX)})))"""
-            ),
-            "already_processed": previously,
-            "emitted": one("SELECT count(DISTINCT episode_id) FROM chosen"),
-        },
-        "llm_calls": {
-            "total": one("SELECT count(*) FROM llm_calls"),
-            "merged_duplicates": one("SELECT coalesce(sum(copies - 1), 0) FROM llm_calls"),
-            "policy_calls": one("SELECT count(*) FROM policy_calls"),
-            "by_agent": _grouped(
-                con, "SELECT coalesce(agent_name, '(none)'), count(*) FROM llm_calls GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20"
-            ),
-            "by_policy": _grouped(
-                con, "SELECT coalesce(policy_name, '(none)'), count(*) FROM llm_calls GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20"
-            ),
-            "skipped": dict(sorted(skipped_calls.items())),
-            "failed_messages": failed_messages,
-            # calls a --policy agent made that another model served: "agent -> served (expected)": calls
-            "wrong_policy": _grouped(
-                con,
-                "SELECT agent_name || ' -> ' || coalesce(policy_name, '(none)'), count(*) FROM call_status "
-                "WHERE excluded = 'wrong_policy' GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 10",
-            ),
-            "policy_agents_unseen": _unseen_agents(con, policies or {}),
-        },
-        "rewards": {
-            "by_source": _grouped(con, "SELECT source, count(*) FROM rewards GROUP BY 1 ORDER BY 1"),
-            "by_name": _grouped(con, "SELECT name, count(*) FROM rewards GROUP BY 1 ORDER BY 1"),
-            "without_value": one("SELECT count(*) FROM rewards WHERE value IS NULL"),
-            "unmatched_episode": one("SELECT count(*) FROM rewards WHERE episode_id IS NULL"),
-            "episode_without_policy_calls": one(
-                "SELECT count(*) FROM rewards WHERE value IS NOT NULL AND episode_id IS NOT NULL "
-                "AND episode_id NOT IN (SELECT episode_id FROM policy_calls)"
-            ),
-            "ignored_by_weights": one("SELECT count(*) FROM attached_rewards WHERE weight = 0"),
-        },
-        "transitions": one("SELECT count(*) FROM chosen"),
-        "task_groups": _task_groups(con),
-        # `pipeline judge`'s outcomes (judgments/), each episode's latest under each judge model and rubric
-        "judgments": {
-            "files": len(files.judgment_files),
-            "by_status": _grouped(con, "SELECT status, count(*) FROM judgments GROUP BY 1 ORDER BY 1"),
-            "skipped": _grouped(con, "SELECT reason, count(*) FROM judgments WHERE status = 'skipped' GROUP BY 1 ORDER BY 1"),
-            "failed_reasons": _grouped(
-                con, "SELECT left(reason, 120), count(*) FROM judgments WHERE status = 'failed' GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 3"
-            ),
-        },
+
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One nested dict of the stages' parts (sections merged key by key; ``skipped`` reasons sorted)."""
+    merged: dict[str, Any] = {}
+    for part in parts:
+        for section, value in part.items():
+            if isinstance(value, dict):
+                target = merged.setdefault(section, {})
+                for key, item in value.items():
+                    if isinstance(item, dict) and key == "skipped":
+                        target[key] = dict(sorted({**target.get(key, {}), **item}.items()))
+                    else:
+                        target[key] = item
+            else:
+                merged[section] = value
+    return {section: merged[section] for section in SECTIONS if section in merged} | {
+        k: v for k, v in merged.items() if k not in SECTIONS
     }
-
-
-def _unseen_agents(con: duckdb.DuckDBPyConnection, policies: dict[str, tuple[str, ...]]) -> dict[str, list[str]]:
-    """Each policy's agents that made no call (a misspelt name, or an agent that has not run yet)."""
-    if not policies:
-        return {}
-    seen = {row[0] for row in con.execute("SELECT DISTINCT agent_name FROM llm_calls WHERE agent_name IS NOT NULL").fetchall()}
-    return {name: missing for name, agents in policies.items() if (missing := [a for a in agents if a not in seen])}
-
-
-def _task_groups(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    """The task groups of the chosen episodes (episodes without a task id are one group), and
-    those of one episode, which a group advantage (GRPO, RLOO) can only give 0."""
-    total, single, single_transitions = con.execute(
-        """SELECT count(*), count(*) FILTER (WHERE episodes = 1), coalesce(sum(transitions) FILTER (WHERE episodes = 1), 0)
-           FROM (SELECT count(DISTINCT episode_id) AS episodes, count(*) AS transitions
-                 FROM chosen GROUP BY coalesce(task_id, ''))"""
-    ).fetchall()[0]
-    return {"total": int(total), "single_episode": int(single), "single_episode_transitions": int(single_transitions)}
 
 
 def warnings(inputs: dict[str, Any], c: dict[str, Any], options: BuildOptions) -> list[str]:

@@ -33,12 +33,16 @@ ones in the baseline:
 
 from __future__ import annotations
 
+from typing import Any
+
 import duckdb
 import pyarrow as pa
 
+from tracerl.pipeline.counts import grouped, scalar
 from tracerl.pipeline.options import check_credit
 from tracerl.pipeline.rewards import OUTCOME_SOURCES
 from tracerl.pipeline.sql_text import sql_str
+from tracerl.schemas import attributes as A
 
 _STD_FLOOR = 1e-8
 
@@ -130,3 +134,54 @@ def choose_transitions(
         """,
         {"retokenize": retokenize},
     )
+
+
+def counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """Episodes and calls left without a transition (no reward, no token ids, failed), and what was chosen."""
+    rewarded = "episode_id IN (SELECT episode_id FROM rewarded_episodes)"
+    # a call that failed (error.type and the server's message on its span) is no call "without token ids"
+    skipped = {
+        "episode_no_reward": scalar(con, f"SELECT count(*) FROM policy_calls WHERE NOT {rewarded}"),
+        "no_token_ids": scalar(
+            con,
+            f"SELECT count(*) FROM policy_calls WHERE NOT has_tokens AND coalesce(status_code, '') <> 'ERROR' AND {rewarded} "
+            "AND (trace_id, span_id) NOT IN (SELECT (trace_id, span_id) FROM chosen)",  # --retokenize chooses some
+        ),
+        "failed": scalar(con, f"SELECT count(*) FROM policy_calls WHERE NOT has_tokens AND status_code = 'ERROR' AND {rewarded}"),
+    }
+    return {
+        "episodes": {
+            "truncated": scalar(con, "SELECT count(*) FROM episodes WHERE truncated AND episode_id IN (SELECT episode_id FROM chosen)"),
+            "without_reward": scalar(con, f"SELECT count(DISTINCT episode_id) FROM policy_calls WHERE NOT {rewarded}"),
+            # agentlightning's rollouts (ids or spans of its own) whose reward never reached the wire
+            "agentlightning_without_reward": scalar(
+                con,
+                f"""SELECT count(DISTINCT p.episode_id) FROM policy_calls p JOIN episodes e USING (episode_id)
+                    WHERE p.episode_id NOT IN (SELECT episode_id FROM rewarded_episodes)
+                      AND (e.rollout_id IS NOT NULL OR p.episode_id IN (
+                          SELECT episode_id FROM span_meta WHERE starts_with(name, {sql_str(A.AGENTLIGHTNING_SPAN_NAME_PREFIX)})))""",
+            ),
+            "emitted": scalar(con, "SELECT count(DISTINCT episode_id) FROM chosen"),
+        },
+        "llm_calls": {
+            "skipped": {reason: n for reason, n in skipped.items() if n},
+            "failed_messages": grouped(
+                con,
+                "SELECT coalesce(m.status_message, '(no message)'), count(*) FROM policy_calls p JOIN span_meta m USING (trace_id, span_id) "
+                "WHERE NOT p.has_tokens AND p.status_code = 'ERROR' GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 5",
+            ),
+        },
+        "transitions": scalar(con, "SELECT count(*) FROM chosen"),
+        "task_groups": _task_groups(con),
+    }
+
+
+def _task_groups(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """The task groups of the chosen episodes (episodes without a task id are one group), and
+    those of one episode, which a group advantage (GRPO, RLOO) can only give 0."""
+    total, single, single_transitions = con.execute(
+        """SELECT count(*), count(*) FILTER (WHERE episodes = 1), coalesce(sum(transitions) FILTER (WHERE episodes = 1), 0)
+           FROM (SELECT count(DISTINCT episode_id) AS episodes, count(*) AS transitions
+                 FROM chosen GROUP BY coalesce(task_id, ''))"""
+    ).fetchall()[0]
+    return {"total": int(total), "single_episode": int(single), "single_episode_transitions": int(single_transitions)}

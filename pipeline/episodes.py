@@ -12,8 +12,11 @@ clock (the latest span end seen), so the same input always gives the same decisi
 
 from __future__ import annotations
 
+from typing import Any
+
 import duckdb
 
+from tracerl.pipeline.counts import grouped, scalar
 from tracerl.schemas import attributes as A
 
 
@@ -40,3 +43,13 @@ def build_episodes(con: duckdb.DuckDBPyConnection, timeout_s: float) -> None:
         FROM e, clock
         """
     )
+
+
+def counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """Episodes found, finished, still pending, and those without any LLM call."""
+    return {"episodes": {
+        "total": scalar(con, "SELECT count(*) FROM episodes"),
+        "finished": scalar(con, "SELECT count(*) FROM episodes WHERE finished"),
+        "pending": scalar(con, "SELECT count(*) FROM episodes WHERE pending"),
+        "without_llm_calls": scalar(con, "SELECT count(*) FROM episodes WHERE episode_id NOT IN (SELECT episode_id FROM llm_calls)"),
+    }}

@@ -25,6 +25,7 @@ from typing import Any
 
 import duckdb
 
+from tracerl.pipeline.counts import grouped, scalar
 from tracerl.pipeline.sql_text import sql_list
 
 FINAL_STATUSES = ("scored", "skipped")
@@ -87,3 +88,15 @@ def register_judgments(con: duckdb.DuckDBPyConnection, files: list[str]) -> None
         QUALIFY row_number() OVER (PARTITION BY episode_id, judge_model, rubric_sha256 ORDER BY unix DESC) = 1
         """
     )
+
+
+def counts(con: duckdb.DuckDBPyConnection, files: list[str]) -> dict[str, Any]:
+    """`pipeline judge`'s outcomes (judgments/): each episode's latest under each judge model and rubric."""
+    return {"judgments": {
+        "files": len(files),
+        "by_status": grouped(con, "SELECT status, count(*) FROM judgments GROUP BY 1 ORDER BY 1"),
+        "skipped": grouped(con, "SELECT reason, count(*) FROM judgments WHERE status = 'skipped' GROUP BY 1 ORDER BY 1"),
+        "failed_reasons": grouped(
+            con, "SELECT left(reason, 120), count(*) FROM judgments WHERE status = 'failed' GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 3"
+        ),
+    }}

@@ -12,8 +12,11 @@ calls whose span carries no content of its own (content layout ``gen_ai.log``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import duckdb
 
+from tracerl.pipeline.counts import grouped, scalar
 from tracerl.pipeline.sql_text import empty_select, sql_list, sql_str
 from tracerl.schemas import attributes as A
 from tracerl.schemas.logs import LOGS_SCHEMA
@@ -82,3 +85,18 @@ def build_log_content(con: duckdb.DuckDBPyConnection, log_files: list[str]) -> N
         QUALIFY row_number() OVER (PARTITION BY trace_id, span_id ORDER BY preference) = 1
         """
     )
+
+
+def counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """GenAI content records read, the spans they gave messages, records naming no span, events of unknown names."""
+    return {"logs": {
+        "content_records": scalar(con, f"SELECT count(*) FROM log_records WHERE event_name IN {CONTENT_EVENTS}"),
+        "spans_with_content": scalar(con, "SELECT count(*) FROM log_content"),
+        "without_span": scalar(
+            con, f"SELECT count(*) FROM log_records WHERE (span_id IS NULL OR trace_id IS NULL) AND event_name IN {CONTENT_EVENTS}"
+        ),
+        # GenAI events of a name no stage reads (a newer conventions version): by name
+        "unknown_events": grouped(
+            con, f"SELECT event_name, count(*) FROM log_records WHERE event_name NOT IN {CONTENT_EVENTS} GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 10"
+        ),
+    }}

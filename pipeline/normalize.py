@@ -16,8 +16,11 @@ the token ids from whichever span has them and the episode from whichever knows 
 
 from __future__ import annotations
 
+from typing import Any
+
 import duckdb
 
+from tracerl.pipeline.counts import grouped, scalar
 from tracerl.pipeline.layouts import (
     AGENT_NAME_SOURCES, CONTENT_LAYOUTS, EPISODE_LAYOUTS, NO_CONTENT, REWARD_LAYOUTS, TOKEN_LAYOUTS, attribute_path,
     tokens_sql,
@@ -299,3 +302,40 @@ def _inherit_agent_names(con: duckdb.DuckDBPyConnection) -> None:
         """
     )
     con.execute("DROP TABLE inherited_agent")
+
+
+def counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """Spans read and kept, the content layouts and problems of the LLM calls, the calls by agent and policy."""
+    http_requests = f"FROM raw_spans WHERE attributes LIKE {sql_str('%' + A.HTTP_LLM_REQUEST + '%')}"
+    return {
+        "logs": {"span_missing": scalar(
+            con, "SELECT count(*) FROM log_content WHERE (trace_id, span_id) NOT IN (SELECT (trace_id, span_id) FROM span_meta)"
+        )},
+        "spans": {
+            "rows": scalar(con, "SELECT count(*) FROM raw_spans"),
+            "distinct": scalar(con, "SELECT count(*) FROM span_meta"),
+            "content_layouts": grouped(con, "SELECT content_layout, count(*) FROM llm_calls GROUP BY 1 ORDER BY 1"),
+            # calls whose message JSON does not read: kept as text, still trained on from their token ids
+            "content_problems": grouped(
+                con, "SELECT content_problem, count(*) FROM llm_calls WHERE content_problem IS NOT NULL GROUP BY 1 ORDER BY 1"
+            ),
+            # HTTP client spans of LLM requests: a captured call's transport, or a request no hook recognised
+            "http_llm_requests": grouped(con, f"SELECT attr(attributes, {sql_str(A.HTTP_LLM_REQUEST)}), count(*) {http_requests} GROUP BY 1 ORDER BY 1"),
+            "unrecognised_llm_requests": grouped(
+                con,
+                f"SELECT coalesce(attr(attributes, {sql_str(A.URL_FULL)}), attr(attributes, {sql_str(A.HTTP_URL_OLD)})), count(*) "
+                f"{http_requests} AND attr(attributes, {sql_str(A.HTTP_LLM_REQUEST)}) = {sql_str(A.HTTP_LLM_REQUEST_UNRECOGNISED)} "
+                "GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 5",
+            ),
+        },
+        "llm_calls": {
+            "total": scalar(con, "SELECT count(*) FROM llm_calls"),
+            "merged_duplicates": scalar(con, "SELECT coalesce(sum(copies - 1), 0) FROM llm_calls"),
+            "by_agent": grouped(
+                con, "SELECT coalesce(agent_name, '(none)'), count(*) FROM llm_calls GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20"
+            ),
+            "by_policy": grouped(
+                con, "SELECT coalesce(policy_name, '(none)'), count(*) FROM llm_calls GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20"
+            ),
+        },
+    }

@@ -11,9 +11,11 @@ means "the end of the episode"), which is how it is later attached to a call.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import duckdb
 
+from tracerl.pipeline.counts import grouped, scalar
 from tracerl.pipeline.layouts import REWARD_LAYOUTS, attribute_path
 from tracerl.pipeline.sql_text import sql_str
 from tracerl.schemas import attributes as A
@@ -114,3 +116,13 @@ def build_rewards(con: duckdb.DuckDBPyConnection, air_sql: str | None) -> None:
           AND episode_id NOT IN (SELECT episode_id FROM episodes)
         """
     )
+
+
+def counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """Rewards by source and name, and those without a value or an episode."""
+    return {"rewards": {
+        "by_source": grouped(con, "SELECT source, count(*) FROM rewards GROUP BY 1 ORDER BY 1"),
+        "by_name": grouped(con, "SELECT name, count(*) FROM rewards GROUP BY 1 ORDER BY 1"),
+        "without_value": scalar(con, "SELECT count(*) FROM rewards WHERE value IS NULL"),
+        "unmatched_episode": scalar(con, "SELECT count(*) FROM rewards WHERE episode_id IS NULL"),
+    }}

@@ -11,9 +11,11 @@ to the first), after the named-reward weights are applied.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import duckdb
 
+from tracerl.pipeline.counts import grouped, scalar
 from tracerl.pipeline.rewards import OUTCOME_SOURCES, SECONDARY_SOURCE
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.pipeline.sql_text import sql_str
@@ -118,3 +120,37 @@ def attach_rewards(con: duckdb.DuckDBPyConnection, weights: dict[str, float] | N
             ON w.episode_id = a.episode_id AND w.time_ns >= a.end_ns
         """
     )
+
+
+def counts(con: duckdb.DuckDBPyConnection, policies: dict[str, tuple[str, ...]]) -> dict[str, Any]:
+    """Calls left out and why, the policy calls, calls routed to the wrong policy, rewards no policy call receives."""
+    return {
+        "episodes": {"with_policy_calls": scalar(con, "SELECT count(DISTINCT episode_id) FROM policy_calls")},
+        "llm_calls": {
+            "policy_calls": scalar(con, "SELECT count(*) FROM policy_calls"),
+            "skipped": grouped(con, "SELECT excluded, count(*) FROM call_status WHERE excluded IS NOT NULL GROUP BY 1"),
+            # calls a --policy agent made that another model served: "agent -> served (expected)": calls
+            "wrong_policy": grouped(
+                con,
+                "SELECT agent_name || ' -> ' || coalesce(policy_name, '(none)'), count(*) FROM call_status "
+                "WHERE excluded = 'wrong_policy' GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 10",
+            ),
+            "policy_agents_unseen": _unseen_agents(con, policies),
+        },
+        "rewards": {
+            "episode_without_policy_calls": scalar(
+                con,
+                "SELECT count(*) FROM rewards WHERE value IS NOT NULL AND episode_id IS NOT NULL "
+                "AND episode_id NOT IN (SELECT episode_id FROM policy_calls)",
+            ),
+            "ignored_by_weights": scalar(con, "SELECT count(*) FROM attached_rewards WHERE weight = 0"),
+        },
+    }
+
+
+def _unseen_agents(con: duckdb.DuckDBPyConnection, policies: dict[str, tuple[str, ...]]) -> dict[str, list[str]]:
+    """Each policy's agents that made no call (a misspelt name, or an agent that has not run yet)."""
+    if not policies:
+        return {}
+    seen = {row[0] for row in con.execute("SELECT DISTINCT agent_name FROM llm_calls WHERE agent_name IS NOT NULL").fetchall()}
+    return {name: missing for name, agents in policies.items() if (missing := [a for a in agents if a not in seen])}

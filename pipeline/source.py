@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -182,3 +183,9 @@ def check_rewards_file(con: duckdb.DuckDBPyConnection, file: str) -> str:
             f"rewards file {file} needs one key column: {', '.join(REWARD_KEYS)} (columns: {', '.join(names)})"
         )
     return file
+
+
+def counts(found: SpanFiles) -> dict[str, Any]:
+    """The files a build read, left out, and found beside the spans."""
+    return {"files": {"read": len(found.files), "rejected": len(found.rejected), "reward_files": len(found.reward_files),
+                      "log_files": len(found.log_files)}}

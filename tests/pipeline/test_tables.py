@@ -74,7 +74,7 @@ def _run_module(module: str, con: duckdb.DuckDBPyConnection, run: Run) -> None:
         list(dataset_tables(con, run.files, trajectory=False, tally=WriteTally()))
     for stage in STAGES:
         if stage.module == module:
-            stage.run(con, run)
+            stage.apply(con, run)
 
 
 RUN_IN_ISOLATION = [*dict.fromkeys(stage.module for stage in STAGES), "writer"]
@@ -91,7 +91,7 @@ def built(spans, tmp_path):
     con = connect(1, "1GB")
     run = Run(files=find_span_files(spans), options=options, out=None, rules=load_rules(None))
     for stage in STAGES:
-        stage.run(con, run)
+        stage.apply(con, run)
     return con, run
 
 
