@@ -53,7 +53,7 @@ def llm_spans(data_dir: Path) -> list[dict]:
         SELECT response_id, policy_version, prompt_token_ids, completion_token_ids, completion_logprobs
         FROM read_parquet('{data_dir}/spans/**/*.parquet', union_by_name = true) WHERE completion_token_ids IS NOT NULL
     """
-    return duckdb.sql(query).pl().to_dicts()
+    return duckdb.sql(query).to_arrow_table().to_pylist()
 
 
 def test_demo_round_on_vllm_captures_exactly_and_publishes_the_trained_weights(vllm, tmp_path):
