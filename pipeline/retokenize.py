@@ -21,6 +21,7 @@ treats it like any row sampled without log-probs.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pyarrow as pa
@@ -52,6 +53,8 @@ class Retokenizer:
             raise PipelineInputError(
                 "--retokenize needs transformers: pip install 'tracerl[train]' (or transformers alone)"
             ) from None
+        if os.sep in tokenizer and not os.path.isdir(tokenizer):
+            raise PipelineInputError(f"--retokenize {tokenizer}: no such folder; give the policy's model folder (the checkpoint the server loads)")
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(tokenizer)
         except (OSError, ValueError) as exc:

@@ -62,7 +62,9 @@ def test_retokenize_rebuilds_ids_from_the_messages_with_the_policys_chat_templat
     assert any("2 transition(s) have token ids rebuilt" in w for w in manifest["warnings"])
 
 
-def test_a_folder_without_a_tokenizer_is_named(spans, tmp_path):
+def test_a_folder_without_a_tokenizer_or_no_folder_at_all_is_named(spans, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(PipelineInputError, match=r"--retokenize .*empty: no tokenizer could be loaded"):
         build_dataset(spans, tmp_path / "ds", retokenize=str(tmp_path / "empty"))
+    with pytest.raises(PipelineInputError, match=r"--retokenize .*nowhere: no such folder"):
+        build_dataset(spans, tmp_path / "ds", retokenize=str(tmp_path / "nowhere"))
