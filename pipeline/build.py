@@ -237,13 +237,9 @@ def build_dataset(
 
         progress("exporting", None)
         exported = export(out_dir, opts)
-    counts = analysis.counts
-    skipped = counts["llm_calls"]["skipped"]
-    for reason, n in tally.skipped.items():
-        skipped[reason] = skipped.get(reason, 0) + n
-        counts["transitions"] -= n
-    counts["llm_calls"]["skipped"] = dict(sorted(skipped.items()))
-    counts["llm_calls"]["retokenized"] = tally.retokenized
+    # what the write dropped or rebuilt joins the counts of the stages before it
+    counts = merge([analysis.counts, {"llm_calls": {"skipped": dict(tally.skipped), "retokenized": tally.retokenized},
+                                      "transitions": analysis.counts["transitions"] - sum(tally.skipped.values())}])
     counts["rows_written"] = rows
     manifest = {
         "tracerl_version": tracerl.__version__,

@@ -8,6 +8,7 @@ together. The CLI prints the warnings; ``pipeline doctor`` shows the counts as a
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import duckdb
@@ -31,15 +32,15 @@ SECTIONS = ("files", "logs", "spans", "episodes", "llm_calls", "rewards", "trans
 
 
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One nested dict of the stages' parts (sections merged key by key; ``skipped`` reasons sorted)."""
+    """One nested dict of the parts (sections merged key by key; the ``skipped`` counts of a reason summed, reasons sorted)."""
     merged: dict[str, Any] = {}
     for part in parts:
         for section, value in part.items():
             if isinstance(value, dict):
                 target = merged.setdefault(section, {})
                 for key, item in value.items():
-                    if isinstance(item, dict) and key == "skipped":
-                        target[key] = dict(sorted({**target.get(key, {}), **item}.items()))
+                    if key == "skipped":
+                        target[key] = dict(sorted((Counter(target.get(key, {})) + Counter(item)).items()))
                     else:
                         target[key] = item
             else:

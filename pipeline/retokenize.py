@@ -64,7 +64,6 @@ class Retokenizer:
             ) from None
         if not getattr(self.tokenizer, "chat_template", None):
             raise PipelineInputError(f"--retokenize {tokenizer}: the tokenizer has no chat template, so prompts cannot be rebuilt")
-        self.name = tokenizer
 
     def ids(self, input_messages: str | None, output_messages: str | None) -> tuple[list[int], list[int]] | None:
         """(prompt ids, response ids) of a call's message JSON; None when either side is missing or empty."""
@@ -78,7 +77,10 @@ class Retokenizer:
         return template_prompt_ids(self.tokenizer, prompt), response
 
     def fill(self, part: pa.Table) -> pa.Table:
-        """``part`` with token ids rebuilt where its span had none, and the ``token_source`` of every row."""
+        """``part`` with token ids rebuilt where its span had none, and the ``token_source`` of every row.
+
+        A call whose messages cannot be rebuilt keeps its missing ids (the writer drops it as ``no_token_ids``).
+        """
         missing = pc.is_null(part.column("response_token_ids")).to_numpy(zero_copy_only=False)
         source = [A.TOKEN_SOURCE_SERVED] * len(part)
         if not missing.any():
@@ -88,8 +90,9 @@ class Retokenizer:
         inputs, outputs = part.column("input_messages"), part.column("output_messages")
         for i in missing.nonzero()[0].tolist():
             rebuilt = self.ids(inputs[i].as_py(), outputs[i].as_py())
-            prompts[i], responses[i] = rebuilt if rebuilt else (None, None)
-            source[i] = A.TOKEN_SOURCE_RETOKENIZED
+            if rebuilt:
+                prompts[i], responses[i] = rebuilt
+                source[i] = A.TOKEN_SOURCE_RETOKENIZED
         for name, values in (("prompt_token_ids", prompts), ("response_token_ids", responses)):
             column = pa.array(values, part.schema.field(name).type)
             part = part.set_column(part.schema.get_field_index(name), name, column)

@@ -17,9 +17,9 @@ group and a span file, whatever the size of the input.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import duckdb
@@ -191,8 +191,7 @@ def _token_source(part: pa.Table, retokenizer: Retokenizer | None, tally: WriteT
     if retokenizer is None:
         return part.append_column("token_source", pa.array([A.TOKEN_SOURCE_SERVED] * len(part), pa.string()))
     part = retokenizer.fill(part)
-    rebuilt = pc.and_(pc.equal(part.column("token_source"), A.TOKEN_SOURCE_RETOKENIZED), pc.is_valid(part.column("prompt_token_ids")))
-    tally.retokenized += pc.sum(rebuilt).as_py() or 0
+    tally.retokenized += pc.sum(pc.equal(part.column("token_source"), A.TOKEN_SOURCE_RETOKENIZED)).as_py() or 0
     return part
 
 

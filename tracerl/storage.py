@@ -71,12 +71,10 @@ class AtomicParquetFile:
             self._fs.create_dir(folder, recursive=True)
             self._stream = self._fs.open_output_stream(self.path)
         self._writer = pq.ParquetWriter(self._stream, schema, compression=compression, **write_options)
-        self.rows = 0
 
     def write(self, table: pa.Table) -> None:
         """Append ``table`` as the file's next row group(s)."""
         self._writer.write_table(table)
-        self.rows += table.num_rows
 
     def commit(self) -> str:
         """Finish the file and make it visible, durably; return its path."""
