@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import socket
 import ssl
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,14 +33,25 @@ class Endpoints:
     reuse_port: bool = False  # several worker processes share the ports (SO_REUSEPORT)
 
 
+# What the kernel may buffer of each connection's request bytes (Linux doubles it). The HTTP
+# server reads up to 256 KiB of a connection before its flow control pauses it, and before the
+# app has admitted the body by its Content-Length; with the kernel's auto-tuned buffers that is
+# 256 KiB per connection outside every limit (64 flooding clients: 16 MiB). A receive buffer this
+# size bounds it to 128 KiB and costs loopback and LAN clients nothing (collector_throughput.py:
+# the same spans/s); clients that ignore Retry-After are slowed by TCP instead of being refused.
+RECEIVE_BUFFER_BYTES = 64 * 1024
+
+
 def bind(host: str, port: int, reuse_port: bool) -> socket.socket:
-    """A TCP socket bound to ``host:port`` (IPv4 or IPv6), not yet listening.
+    """A TCP socket bound to ``host:port`` (IPv4 or IPv6), not yet listening; its accepted
+    connections inherit a bounded receive buffer (:data:`RECEIVE_BUFFER_BYTES`).
 
     With ``reuse_port`` several processes bind the same port and the kernel spreads the
     connections over them (``--workers``).
     """
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
     if reuse_port:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
@@ -104,9 +116,11 @@ class CollectorServer:
 
         The process is the collector's own, so its Arrow buffers come from the system allocator:
         Arrow's default (jemalloc) keeps ~50 MiB more freed memory resident under load
-        (benchmarks/collector_overload.py: 307 vs 252 MiB peak) with no throughput gained.
+        (benchmarks/collector_overload.py: 307 vs 252 MiB peak) with no throughput gained; and
+        pandas is marked absent (:func:`_without_pandas`).
         """
         pa.set_memory_pool(pa.system_memory_pool())
+        _without_pandas()
         sock = self._open()
         server = uvicorn.Server(self._http_config())
         for sig in (signal.SIGINT, signal.SIGTERM):  # until uvicorn installs its own handlers
@@ -146,3 +160,25 @@ class CollectorServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _without_pandas() -> None:
+    """Refuse pandas imports in the collector's own process, unless something imported it already.
+
+    When pandas is installed, pyarrow imports it on the first ``pa.array()`` call, only to ask
+    whether the argument is a pandas object: 29 MiB of Python objects and 16 MiB of libraries in
+    every collector worker, a third of its memory under overload (benchmarks/collector_overload.py),
+    for a library the collector never uses. Refused, pyarrow goes on as if it were not installed.
+    (``sys.modules["pandas"] = None`` is not enough: pyarrow's Cython import reads it as the module.)
+    """
+    if "pandas" not in sys.modules and not any(isinstance(f, _RefusePandas) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RefusePandas())
+
+
+class _RefusePandas:
+    """An import finder that reports pandas as not installed."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"No module named {name!r} (the tracerl collector does not use pandas)", name=name)
+        return None
