@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tracerl.collector.otlp import Converted, hex_ids, kind_name, reject_span, status_name, trace_records
+from tracerl.collector.otlp import Converted, hex_ids, kind_name, parse_protobuf, reject_span, status_name, trace_records
 from tracerl.schemas.spans import (
     PROMOTED_ATTRIBUTES,
     SPANS_SCHEMA,
@@ -58,21 +58,30 @@ PACKED_TOKENS = tuple((key, f"{PACKED_PREFIX}{dtype}:", np.dtype(dtype).itemsize
 
 
 def records(
-    request: ExportTraceServiceRequest, body: bytes | None = None
+    request: ExportTraceServiceRequest | None, body: bytes | None = None
 ) -> tuple[list[dict], list[tuple], tuple[list, ...], list[int]]:
-    """``trace_records(request)``, from ``body`` (the request's protobuf bytes) when possible."""
+    """``trace_records(request)``, from ``body`` (the request's protobuf bytes) when possible.
+
+    ``request`` may be None when ``body`` is given: protobuf then parses ``body`` only if the
+    wire decoder cannot read it (raising :class:`~tracerl.collector.otlp.BadPayload` if
+    protobuf cannot either). Parsing it up front cost as much as the decoding for spans whose
+    token ids are plain int arrays (a message object per id) and was thrown away.
+    """
     if HAVE_WIRE_DECODER and body is not None:
         try:
             return _otlp_wire.decode_trace_request(body, PACKED_TOKENS)
         except ValueError:
             pass  # something the decoder does not reproduce exactly (see otlp_wire.c): protobuf reads it
+    if request is None:
+        request = parse_protobuf(body, ExportTraceServiceRequest)
     return trace_records(request)
 
 
-def trace_table(request: ExportTraceServiceRequest, body: bytes | None = None) -> tuple[pa.Table, Converted]:
+def trace_table(request: ExportTraceServiceRequest | None, body: bytes | None = None) -> tuple[pa.Table, Converted]:
     """The spans table of a request and its per-span rejections (OTLP partial success).
 
-    ``body``, if given, must be the protobuf encoding of ``request`` (what was received).
+    ``body``, if given, must be the protobuf encoding of ``request`` (what was received);
+    ``request`` may then be None (parsed only if needed, see :func:`records`).
     Raises an Arrow error, ``OverflowError`` or ``ValueError`` only when a value of a
     valid span does not fit the schema (e.g. a uint64 time beyond int64); the caller then
     falls back to the row path, which finds and rejects that span alone.

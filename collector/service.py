@@ -185,17 +185,17 @@ class Collector:
         send then. Raises :class:`Overloaded` when the client must retry later, and
         :class:`otlp.BadPayload` for a body that is not the signal's request.
 
-        One request at a time is parsed and converted: a parsed request and its conversion
-        take ~12x its bytes (token ids as plain int arrays: ~6 MB for a 0.5 MB body), so
-        requests waiting here hold only their bytes, which admission counts.
+        One request at a time is converted: a conversion takes several times its bytes, so
+        requests waiting here hold only their bytes, which admission counts. A protobuf body
+        is read straight into columns; protobuf parses it only where that reader cannot
+        (:meth:`TableKind.build`).
         """
         self.check_room(signal)  # do not spend the conversion on a request submit would refuse
         with self._converting:
+            request = None
             if as_json:
                 request = otlp.parse_json(payload, signal.table.request)
                 payload = request.SerializeToString()  # the WAL holds protobuf, whatever came in
-            else:
-                request = otlp.parse_protobuf(payload, signal.table.request)
             table, converted = signal.table.build(request, payload)
             del request
         response = signal.respond(converted.rejected, converted.message)

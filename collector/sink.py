@@ -26,7 +26,7 @@ import pyarrow.fs as pafs
 from google.protobuf.message import Message
 
 from tracerl.collector import wal
-from tracerl.collector.otlp import Converted, parse_protobuf
+from tracerl.collector.otlp import BadPayload, Converted, parse_protobuf
 from tracerl.storage import hour_partition, resolve, write_parquet_atomic
 
 log = logging.getLogger("tracerl.collector")
@@ -70,15 +70,22 @@ class TableKind:
     # Columns worth dictionary-encoding in Parquet (None: pyarrow's default, all of them).
     dictionary_columns: tuple[str, ...] | None = None
 
-    def build(self, request: Message, payload: bytes | None = None) -> tuple[pa.Table, Converted]:
+    def build(self, request: Message | None, payload: bytes | None = None) -> tuple[pa.Table, Converted]:
         """Arrow table and per-item rejections of one request (on receipt and on WAL replay alike).
 
-        ``payload``, if given, is the protobuf encoding of ``request`` (what the WAL stores)."""
+        ``payload``, if given, is the protobuf encoding of ``request`` (what the WAL stores), and
+        ``request`` may be None: protobuf parses ``payload`` only when the column builder cannot
+        read it or a value needs the row path (:class:`~tracerl.collector.otlp.BadPayload` if
+        protobuf cannot parse it either)."""
         if self.columns is not None:
             try:
                 return self.columns(request, payload)
+            except BadPayload:
+                raise
             except _UNSTORABLE:
                 pass  # a value the schema cannot hold: the row path finds it and rejects it alone
+        if request is None:
+            request = parse_protobuf(payload, self.request)
         converted = self.rows(request)
         return self.table(converted), converted
 
@@ -314,7 +321,7 @@ class DurableTable:
                 segment.partition = hour_partition()
                 wal.SegmentWriter(self.wal_dir, seq).close(segment.partition)
             if not self._already_written(seq, segment.partition):
-                tables = [self.kind.build(parse_protobuf(record, self.kind.request), record)[0] for record in segment.records]
+                tables = [self.kind.build(None, record)[0] for record in segment.records]
                 rows = sum(t.num_rows for t in tables)
                 if rows:
                     self._write(seq, segment.partition, pa.concat_tables(tables))

@@ -29,8 +29,11 @@ def _assert_same(request: ExportTraceServiceRequest) -> pa.Table:
     """Both record sources (protobuf objects; the C wire decoder on the bytes) give the row path's table."""
     reference = otlp.trace_rows(request)
     expected = spans_table(reference.rows)
-    for body in (None, request.SerializeToString()):
-        fast, fast_converted = trace_table(request, body)
+    body = request.SerializeToString()
+    # protobuf objects; the bytes read by the wire decoder; the bytes alone, as the collector
+    # converts them (protobuf parses them only where the wire decoder cannot)
+    for given, given_body in ((request, None), (request, body), (None, body)):
+        fast, fast_converted = trace_table(given, given_body)
         assert fast.schema.equals(SPANS_SCHEMA, check_metadata=True)
         # repr: exact for every string and float, and NaN (a possible reward_value) equals itself
         assert repr(fast.to_pylist()) == repr(expected.to_pylist())
@@ -77,12 +80,20 @@ def test_value_the_schema_cannot_hold_falls_back_to_rejecting_that_span_alone() 
     spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, name="fine", end_time_unix_nano=1)
     spans.add(trace_id=b"\x01" * 16, span_id=b"\x03" * 8, name="late", end_time_unix_nano=2**64 - 1)
     body = request.SerializeToString()
-    for given in (None, body):
+    for given, given_body in ((request, None), (request, body), (None, body)):
         with pytest.raises((pa.ArrowException, OverflowError)):
-            trace_table(request, given)
-        table, converted = TRACES.table.build(request, given)
+            trace_table(given, given_body)
+        table, converted = TRACES.table.build(given, given_body)
         assert table.column("name").to_pylist() == ["fine"]
         assert converted.rejected == 1 and "span 0303030303030303" in converted.message
+
+
+def test_a_body_neither_reader_can_parse_is_a_bad_payload() -> None:
+    """Given only bytes (the collector's call), what the wire decoder refuses goes to protobuf,
+    whose refusal is the client's 400."""
+    body = encode_batches(make_spans(4))[0]
+    with pytest.raises(otlp.BadPayload, match="not a valid ExportTraceServiceRequest"):
+        TRACES.table.build(None, body[:-3])  # cut inside the last span
 
 
 @pytest.mark.parametrize("seed", range(5))
