@@ -117,7 +117,7 @@ class CollectorServer:
         The process is the collector's own, so its Arrow buffers come from the system allocator:
         Arrow's default (jemalloc) keeps ~50 MiB more freed memory resident under load
         (benchmarks/collector_overload.py: 307 vs 252 MiB peak) with no throughput gained; and
-        pandas is marked absent (:func:`_without_pandas`).
+        pandas imports are refused (:func:`_without_pandas`).
         """
         pa.set_memory_pool(pa.system_memory_pool())
         _without_pandas()
