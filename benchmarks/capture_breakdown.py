@@ -24,11 +24,10 @@ tracerl knows about them.
 
 from __future__ import annotations
 
-import argparse
-import json
+import os
 import statistics
-import subprocess
-import sys
+
+import capture_overhead
 
 MODES = ("none", "tracerl", "no commit", "no export", "no finish")
 STAGES = (  # (what, mode with it, mode without it)
@@ -41,7 +40,6 @@ STAGES = (  # (what, mode with it, mode without it)
 
 def child(mode: str, url: str, calls: int, warmup: int) -> None:
     """Run ``capture_overhead``'s timed child with ``mode``'s stages switched off."""
-    import capture_overhead
     from opentelemetry.sdk.trace.export import SpanExportResult
 
     from tracerl.instrumentation import parquet_exporter, span_finisher
@@ -56,28 +54,11 @@ def child(mode: str, url: str, calls: int, warmup: int) -> None:
     capture_overhead.child("none" if mode == "none" else "tracerl", url, calls, warmup)
 
 
-def measure(mode: str, url: str, calls: int, warmup: int) -> float:
-    command = [sys.executable, __file__, "--child", mode, "--url", url, "--calls", str(calls), "--warmup", str(warmup)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{mode} run failed:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])["all_us"]
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=400)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=30)
-    parser.add_argument("--latency-ms", type=float, default=10.0)
-    parser.add_argument("--child", choices=MODES)
-    parser.add_argument("--url")
-    args = parser.parse_args()
+    args = capture_overhead.arguments(__doc__, MODES, rounds=3)
     if args.child:
         child(args.child, args.url, args.calls, args.warmup)
         return
-
-    import os
 
     from rich.progress import Progress
 
@@ -88,7 +69,7 @@ def main() -> None:
         task = progress.add_task("measuring", total=args.rounds * len(MODES))
         for _ in range(args.rounds):
             for mode in MODES:
-                runs[mode].append(measure(mode, server.base_url, args.calls, args.warmup))
+                runs[mode].append(capture_overhead.measure(mode, server.base_url, args.calls, args.warmup, script=__file__)["all_us"])
                 progress.advance(task)
     cpu = {mode: statistics.median(values) for mode, values in runs.items()}
     total = cpu["tracerl"] - cpu["none"]

@@ -191,23 +191,29 @@ def thread_cpu_ns() -> dict[str, int]:
     return out
 
 
-def measure(config: str, url: str, calls: int, warmup: int) -> dict:
-    command = [sys.executable, __file__, "--child", config, "--url", url, "--calls", str(calls), "--warmup", str(warmup)]
+def measure(config: str, url: str, calls: int, warmup: int, script: str = __file__) -> dict:
+    """The JSON line of ``script --child config`` (this file's, or a benchmark built on its child)."""
+    command = [sys.executable, script, "--child", config, "--url", url, "--calls", str(calls), "--warmup", str(warmup)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{config} run failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(description: str, children: tuple[str, ...], rounds: int) -> argparse.Namespace:
+    """The command line of this benchmark and of those built on its child (``--child`` one of ``children``)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=400)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--latency-ms", type=float, default=10.0)
-    parser.add_argument("--child", choices=CONFIGS)
+    parser.add_argument("--child", choices=children)
     parser.add_argument("--url")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments(__doc__, CONFIGS, rounds=5)
     if args.child:
         child(args.child, args.url, args.calls, args.warmup)
         return
