@@ -4,7 +4,10 @@ Every backend asks here instead of writing ``"cuda"`` or ``"cpu"`` itself, so th
 code trains on a laptop's CPU, one GPU, or many GPUs under ``torchrun`` / ``deepspeed``:
 
 - :func:`launch_environment` reads (and completes) the rendezvous variables a launcher set;
-  a lone process becomes rank 0 of 1 on loopback. DeepSpeed and OpenRLHF call
+  a lone process becomes rank 0 of 1 on loopback, its rendezvous store on ``MASTER_PORT=0``:
+  the port the OS gives as the store binds. (A free port looked up first and bound later can
+  be taken in between: by another training starting beside it, or by a child process that
+  inherited the variables while this one's store still holds the port.) DeepSpeed and OpenRLHF call
   ``torch.cuda.set_device(LOCAL_RANK)`` with CUDA, so a lone GPU process must be local rank 0,
   and a lone CPU process local rank -1 (OpenRLHF then never touches ``torch.cuda``).
 - :func:`training_device` is that rank's device; :func:`default_dtype` bf16 with CUDA, fp32
@@ -23,7 +26,6 @@ import sys
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 
-from tracerl.net import free_port
 from tracerl.trainer.flash_attn_stand_in import kernels_built
 
 
@@ -48,7 +50,7 @@ def launch_environment(environ: MutableMapping[str, str] | None = None, *, cuda:
 
     A launcher's variables are kept as they are (on CPU, ``LOCAL_RANK`` becomes -1 only for
     DeepSpeed's CUDA-only calls: see the module docstring); with none, this process is rank 0
-    of 1 on a free loopback port. ``cuda`` defaults to whether torch sees a GPU.
+    of 1 on loopback, its store on a port the OS picks as it binds. ``cuda`` defaults to whether torch sees a GPU.
     """
     env = os.environ if environ is None else environ
     cuda = cuda_available() if cuda is None else cuda
@@ -60,7 +62,7 @@ def launch_environment(environ: MutableMapping[str, str] | None = None, *, cuda:
             raise RuntimeError("RANK and WORLD_SIZE are set but MASTER_PORT is not: launch with torchrun or deepspeed, which set all three")
     else:
         local_rank = 0
-        env.update({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": env.get("MASTER_PORT") or str(free_port())})
+        env.update({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": env.get("MASTER_PORT") or "0"})
     env["LOCAL_RANK"] = str(local_rank if cuda else -1)
     return LaunchEnvironment(
         rank=int(env["RANK"]), world_size=int(env["WORLD_SIZE"]), local_rank=local_rank if cuda else -1,
