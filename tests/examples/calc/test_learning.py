@@ -16,7 +16,9 @@ import pytest
 from examples.calc.recipe import RECIPE
 from tracerl.orchestration.loop.loop import run_loop
 
-pytestmark = [pytest.mark.slow, pytest.mark.frameworks]
+# the longest test of the suite (5-7 minutes on 2 cores, more beside another worker): the
+# per-test timeout is there to catch a hang, not to time a learning run
+pytestmark = [pytest.mark.slow, pytest.mark.frameworks, pytest.mark.timeout(1500)]
 
 
 def test_reinforcement_learning_raises_the_held_out_reward(tmp_path):
