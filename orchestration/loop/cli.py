@@ -67,6 +67,10 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
             d.judge_url, "--judge-url",
             help="Train on a judge's scores instead of the agent's own rewards: the OpenAI-compatible URL of the judge (see `tracerl pipeline judge`).",
         ),
+        shuffle_rewards: bool = typer.Option(
+            d.shuffle_rewards, "--shuffle-rewards",
+            help="The control of a learning claim: each round's training rewards permuted among its episodes (same loop, no signal).",
+        ),
         judge_model: str = typer.Option(d.judge_model, "--judge-model", help="With --judge-url: the judge's model name."),
         judge_rubric: Optional[Path] = typer.Option(d.judge_rubric, "--judge-rubric", exists=True, help="With --judge-url: the rubric, a text file."),
         keep_checkpoints: int = typer.Option(d.keep_checkpoints, "--keep-checkpoints", min=1, help="Newest checkpoints kept on disk."),
@@ -94,7 +98,7 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
         cfg = replace(
             d, out=out, rounds=rounds, tasks_per_round=tasks_per_round, group_size=group_size, eval_tasks=eval_tasks,
             seed=seed, model=model, data=data, credit=credit, gamma=gamma, air=air, agents=agents, policies=policies, server=server, tool_call_parser=tool_call_parser,
-            replay=replay, concurrency=concurrency, max_tokens=max_tokens, judge_url=judge_url, judge_model=judge_model, judge_rubric=judge_rubric, agent_args=tuple(shlex.split(agent_args or "")), keep_checkpoints=keep_checkpoints,
+            replay=replay, concurrency=concurrency, max_tokens=max_tokens, judge_url=judge_url, shuffle_rewards=shuffle_rewards, judge_model=judge_model, judge_rubric=judge_rubric, agent_args=tuple(shlex.split(agent_args or "")), keep_checkpoints=keep_checkpoints,
             backend=backend, train=train_config, openrlhf=openrlhf,
             vllm=VllmOptions(dtype=vllm_dtype, enforce_eager=enforce_eager, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len),
         )

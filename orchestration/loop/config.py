@@ -51,6 +51,9 @@ class LoopConfig:
     judge_url: str | None = None
     judge_model: str = "judge"
     judge_rubric: Path | None = None  # a text file; None: the pipeline's default rubric
+    # the control of a learning claim: each round's training-episode rewards permuted among its episodes before
+    # the build (same loop, same number of updates, no signal); held-out rewards stay the agent's own
+    shuffle_rewards: bool = False
     backend: str = BACKENDS[0]
     train: TrainConfig = field(default_factory=TrainConfig)
     openrlhf: OpenRLHFOptions = field(default_factory=OpenRLHFOptions)

@@ -160,6 +160,53 @@ def agents_pattern(names: str | None) -> str | None:
 
 
 JUDGE_REWARD = "judge"
+SHUFFLED_REWARD = "shuffled"
+
+
+def shuffle_rewards(data_dir: Path, rng: random.Random) -> int:
+    """The control's rewards: the round's training-episode rewards permuted among its episodes, as late rewards
+    ``rewards/shuffled.parquet`` in ``data_dir`` (built with only them weighed); the episodes permuted.
+
+    Every count stays as it was (the same episodes, the same rewards, the same number of
+    updates); only which episode earned what is lost, so what the policy learns from them is
+    whatever the loop teaches without the reward's signal.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    query = f"""
+        SELECT episode_id, sum(reward_value) AS reward
+        FROM read_parquet('{data_dir}/spans/**/*.parquet', union_by_name = true)
+        WHERE name = '{A.REWARD_SPAN_NAME}' AND split = 'train' GROUP BY episode_id ORDER BY episode_id
+    """
+    rows = duckdb.sql(query).fetchall()
+    episodes = [episode for episode, _ in rows]
+    permuted = [reward for _, reward in rows]
+    rng.shuffle(permuted)
+    table = pa.table({"episode_id": pa.array(episodes, pa.string()), "name": pa.array([SHUFFLED_REWARD] * len(episodes), pa.string()),
+                      "value": pa.array(permuted, pa.float64())})
+    path = data_dir / "rewards" / f"{SHUFFLED_REWARD}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return len(episodes)
+
+
+def check_tools_reach_model(recipe: AgentRecipe, start: Path | str) -> None:
+    """Refuse a ``--model`` whose chat template drops the ``tools`` the recipe's agent sends: it would never see them."""
+    if not recipe.sends_tools:
+        return
+    from transformers import AutoTokenizer
+
+    from tracerl.chat_template import renders_tools
+
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    if not renders_tools(tokenizer):
+        raise LoopSetupError(
+            f"the chat template of {start} has no place for tools: the {recipe.name} agent's tool definitions would never reach the model, "
+            "which cannot learn to call what it never sees. Give the folder a template that renders them "
+            "(`tracerl model from-gguf FILE --chat-template hermes` for a GGUF; for a Hugging Face folder, a chat_template.jinja "
+            "that renders `tools`, as Qwen2.5's and Llama 3.1's do) and serve it with the matching --tool-call-parser"
+        )
 
 
 def judge_round(data_dir: Path, cfg: LoopConfig) -> dict[str, int]:
@@ -277,6 +324,8 @@ def check_setup(cfg: LoopConfig, endpoint: PolicyEndpoint | None) -> None:
     lora = cfg.train.lora_rank > 0 or bool(cfg.model and lora_policy(cfg.model, cfg))
     if not endpoint and cfg.server != "vllm" and lora:
         raise LoopSetupError("LoRA rounds publish adapters, which `tracerl serve` does not load: use --server vllm (it swaps the adapter in place)")
+    if cfg.shuffle_rewards and cfg.judge_url:
+        raise LoopSetupError("--shuffle-rewards permutes the agent's own rewards; with --judge-url there are none to train on: use one or the other")
     if not cfg.policies:
         return
     try:
@@ -312,6 +361,9 @@ def run_loop(
     phase(0, "preparing the starting policy")
     start = Path(cfg.model) if cfg.model else starting_policy(recipe, cfg.seed, cfg.data)
     lora = lora_policy(start, cfg)
+    if cfg.model:
+        check_tools_reach_model(recipe, lora.base if lora else start)
+    agent_args = (*(() if cfg.model else recipe.tiny_agent_args), *cfg.agent_args)
     names = tuple(cfg.policies) or (POLICY_MODEL_NAME,)
     several = bool(cfg.policies)
     train_tasks, held_out = recipe.tasks(cfg.seed, cfg.data)
@@ -346,9 +398,11 @@ def run_loop(
             write_round_tasks(tasks_file, train_tasks, held_out, cfg, rnd)
             phase(rnd, "running the agent")
             with clock("rollout"):
-                run_agent(recipe, tasks_file, round_dir / "data", served.base_url, cfg.concurrency, cfg.max_tokens, cfg.agent_args, agent_models)
+                run_agent(recipe, tasks_file, round_dir / "data", served.base_url, cfg.concurrency, cfg.max_tokens, agent_args, agent_models)
             rewards = mean_rewards_by_split(round_dir / "data")
             judged = {}
+            if cfg.shuffle_rewards:
+                judged = {"shuffled_episodes": shuffle_rewards(round_dir / "data", random.Random(cfg.seed * 1000 + rnd + 500))}
             if cfg.judge_url:
                 phase(rnd, "judging the training episodes")
                 with clock("judge"):
@@ -358,7 +412,7 @@ def run_loop(
                 manifest = build_dataset(
                     round_dir / "data", round_dir / "dataset", splits=("train",),
                     credit=cfg.credit, gamma=cfg.gamma, default_rules=cfg.air, agents=agents_pattern(cfg.agents), policies=cfg.policies,
-                    reward_weights={JUDGE_REWARD: 1.0} if cfg.judge_url else {},
+                    reward_weights={JUDGE_REWARD: 1.0} if cfg.judge_url else {SHUFFLED_REWARD: 1.0} if cfg.shuffle_rewards else {},
                 )
             calls = manifest["counts"]["llm_calls"]
             for name, missing in calls["policy_agents_unseen"].items():

@@ -82,5 +82,9 @@ class AgentRecipe:
     # others, and training one drifts the rest. None: nothing replayed
     format_replay: Callable[[list[Task], int], list[FormatExample]] | None = None
     tokenizer_corpus: tuple[str, ...] = ()  # strings the tiny model's tokenizer gives tokens of their own
+    # the agent program's arguments with the recipe's own tiny model only (never with --model): e.g. no worked
+    # examples in the prompt, since the tiny model learns its format from the warm start instead
+    tiny_agent_args: tuple[str, ...] = ()
+    sends_tools: bool = False  # the agent sends `tools`: a --model's chat template must render them (checked before round 0)
     version: int = 1  # bump when the tasks or the warm start change, so cached starting policies are rebuilt
     defaults: LoopConfig = field(default_factory=LoopConfig)

@@ -80,15 +80,37 @@ class VllmOptions:
     gpu_memory_utilization: float | None = None  # vLLM's default 0.9; lower it to share the GPU with training
     max_model_len: int | None = None  # vLLM's default: the model's context
 
-    def arguments(self, cuda: bool) -> list[str]:
+    def arguments(self, cuda: bool, context_length: int | None = None) -> list[str]:
+        """The options' command-line arguments; ``context_length``: the model's own (its config), for the CPU's batch size."""
         dtype = self.dtype or ("auto" if cuda else "float32")
         eager = self.enforce_eager if self.enforce_eager is not None else not cuda
         args = ["--dtype", dtype, *(["--enforce-eager"] if eager else [])]
-        if self.gpu_memory_utilization is not None:
-            args += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        memory = self.gpu_memory_utilization if self.gpu_memory_utilization is not None else None if cuda else CPU_MEMORY_UTILIZATION
+        if memory is not None:
+            args += ["--gpu-memory-utilization", str(memory)]
         if self.max_model_len is not None:
             args += ["--max-model-len", str(self.max_model_len)]
+        if not cuda:
+            # vLLM 0.32's CPU worker crashes ("CPU Generator does not use offset") when a request with a seed
+            # is prefilled in chunks, which any prompt longer than a batch's token budget is: every prompt whole
+            args += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(self.max_model_len or context_length or 8192, 2048))]
         return args
+
+
+# vLLM's default 0.92 share of the machine's memory is more than a shared 24 GB CPU machine has free
+# with a 135M model loaded beside a trainer; the KV cache on CPU is VLLM_CPU_KVCACHE_SPACE anyway
+CPU_MEMORY_UTILIZATION = 0.3
+
+
+def context_length(model: Path) -> int | None:
+    """The model folder's own context length (``max_position_embeddings``), when its config says."""
+    import json
+
+    config = model / "config.json"
+    if not config.is_file():
+        return None
+    value = json.loads(config.read_text(encoding="utf-8")).get("max_position_embeddings")
+    return int(value) if isinstance(value, int) else None
 
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # what vLLM 0.32 accepts as --max-lora-rank
@@ -114,7 +136,7 @@ def vllm_command(
     command = [
         python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
         "--served-model-name", served_model_name, "--host", host, "--port", str(port),
-        *options.arguments(cuda), "--middleware", MIDDLEWARE,
+        *options.arguments(cuda, context_length(model)), "--middleware", MIDDLEWARE,
     ]
     if tool_call_parser:  # agents that send `tools` get a 400 from vLLM without it
         command += ["--enable-auto-tool-choice", "--tool-call-parser", tool_call_parser]
