@@ -47,7 +47,7 @@ def smollm2_setup() -> Variant:
     from tracerl.trainer.from_gguf import gguf_folder
 
     folder = gguf_folder(chat_template="hermes").path
-    return Variant("smollm2", changes={"model": str(folder), "server": "vllm", "backend": "openrlhf", "tasks_per_round": 8,
+    return Variant("smollm2", changes={"model": str(folder), "server": "vllm", "backend": "torch", "tasks_per_round": 8,
                                        "group_size": 4, "eval_tasks": 32, "concurrency": 16, "max_tokens": 40},
                    train_changes={"learning_rate": 2e-5, "minibatch_size": 8, "micro_batch_size": 4, "epochs": 1, "num_threads": 2})
 

@@ -64,7 +64,7 @@ def run_all(
 ) -> list[dict]:
     """Every (variant, seed) run; results in a stable order whatever finishes first. ``setup``: changes every run shares
     (a model, a server), under the variant's own."""
-    jobs = [(v, s) for v in variants for s in seeds]
+    jobs = [(v, s) for s in seeds for v in variants]  # a seed's variants side by side first: the comparison is early
     with ProcessPoolExecutor(max_workers=parallel, mp_context=get_context("spawn")) as pool:
         futures = [pool.submit(_run_one, reference, v, s, rounds, str(out / f"{v.name}-seed{s}"), setup) for v, s in jobs]
         results = []
@@ -72,6 +72,7 @@ def run_all(
             result = future.result()
             print(f"  {v.name:<24} seed {s}: held-out {' '.join(f'{x:.2f}' for x in result['held_out'])}  ({result['seconds']} s)", flush=True)
             results.append(result)
+    results.sort(key=lambda r: ([v.name for v in variants].index(r["variant"]), seeds.index(r["seed"])))
     (out / "results.json").write_text(json.dumps(results, indent=2))
     return results
 

