@@ -95,7 +95,7 @@ def _tokenizer_corpus() -> tuple[str, ...]:
 
 RECIPE = AgentRecipe(
     name="calc",
-    title="Calc-X agent (AutoGen), tiny model",
+    title="Calc-X agent (AutoGen)",
     agent_argv=(sys.executable, "-m", "examples.calc.agent"),
     tasks=tasks,
     warm_start=warm_start,

@@ -63,14 +63,15 @@ def tasks(seed: int, data: Path | None) -> tuple[list[Task], list[Task]]:
 
 RECIPE = AgentRecipe(
     name="rag",
-    title="retrieval QA (OpenAI Agents SDK, BM25 in DuckDB), tiny model",
+    title="retrieval QA (OpenAI Agents SDK, BM25 in DuckDB)",
     agent_argv=(sys.executable, "-m", "examples.rag.agent"),
     tasks=tasks,
     warm_start=warm_start,
     tokenizer_corpus=_tokenizer_corpus(),
+    sends_tools=True,
     version=1,
     defaults=LoopConfig(
-        out=Path("runs/rag"), rounds=8, tasks_per_round=16, group_size=4, eval_tasks=24,
+        out=Path("runs/rag"), rounds=8, tasks_per_round=16, group_size=4, eval_tasks=24, tool_call_parser="hermes",
         tiny_learning_rate=1e-3, train=TrainConfig(epochs=2, minibatch_size=32),
     ),
 )

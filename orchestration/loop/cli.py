@@ -116,7 +116,7 @@ def loop_command(recipe: AgentRecipe) -> Callable[..., None]:
 
             def on_phase(rnd: int, text: str) -> None:
                 bar.update(task, completed=rnd, description=text)
-                if not console.is_terminal:  # logs get one line per phase instead of a bar
+                if not console.is_terminal or text.startswith("warning:"):  # logs get one line per phase instead of a bar
                     console.print(f"round {rnd}: {text}")
 
             try:

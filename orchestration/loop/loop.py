@@ -191,22 +191,27 @@ def shuffle_rewards(data_dir: Path, rng: random.Random) -> int:
     return len(episodes)
 
 
-def check_tools_reach_model(recipe: AgentRecipe, start: Path | str) -> None:
-    """Refuse a ``--model`` whose chat template drops the ``tools`` the recipe's agent sends: it would never see them."""
+def tools_warning(recipe: AgentRecipe, start: Path | str) -> str | None:
+    """What to say before round 0 when the ``--model``'s chat template drops the ``tools`` the recipe's agent
+    sends: the model would never see them (None: it renders them, or the agent sends none).
+
+    A warning, not a refusal: a model taught the calls some other way (the tiny models of the
+    tests, a fine-tuned one) may call tools its template never shows.
+    """
     if not recipe.sends_tools:
-        return
+        return None
     from transformers import AutoTokenizer
 
     from tracerl.chat_template import renders_tools
 
-    tokenizer = AutoTokenizer.from_pretrained(start)
-    if not renders_tools(tokenizer):
-        raise LoopSetupError(
-            f"the chat template of {start} has no place for tools: the {recipe.name} agent's tool definitions would never reach the model, "
-            "which cannot learn to call what it never sees. Give the folder a template that renders them "
-            "(`tracerl model from-gguf FILE --chat-template hermes` for a GGUF; for a Hugging Face folder, a chat_template.jinja "
-            "that renders `tools`, as Qwen2.5's and Llama 3.1's do) and serve it with the matching --tool-call-parser"
-        )
+    if renders_tools(AutoTokenizer.from_pretrained(start)):
+        return None
+    return (
+        f"warning: the chat template of {start} has no place for tools: the {recipe.name} agent's tool definitions never reach the model. "
+        "Give the folder a template that renders them (`tracerl model from-gguf FILE --chat-template hermes` for a GGUF; for a "
+        "Hugging Face folder, a chat_template.jinja that renders `tools`, as Qwen2.5's and Llama 3.1's do) and serve it with the "
+        "matching --tool-call-parser"
+    )
 
 
 def judge_round(data_dir: Path, cfg: LoopConfig) -> dict[str, int]:
@@ -361,8 +366,9 @@ def run_loop(
     phase(0, "preparing the starting policy")
     start = Path(cfg.model) if cfg.model else starting_policy(recipe, cfg.seed, cfg.data)
     lora = lora_policy(start, cfg)
-    if cfg.model:
-        check_tools_reach_model(recipe, lora.base if lora else start)
+    warning = tools_warning(recipe, lora.base if lora else start) if cfg.model else None
+    if warning:
+        phase(0, warning)
     agent_args = (*(() if cfg.model else recipe.tiny_agent_args), *cfg.agent_args)
     names = tuple(cfg.policies) or (POLICY_MODEL_NAME,)
     several = bool(cfg.policies)

@@ -48,7 +48,7 @@ def one_round(scripted_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
     cfg = LoopConfig(
         out=out, rounds=1, tasks_per_round=6, group_size=2, eval_tasks=6, seed=0, model=str(scripted_model),
-        concurrency=4, train=TrainConfig(epochs=1, minibatch_size=8),
+        concurrency=4, train=TrainConfig(epochs=1, minibatch_size=8), agent_args=RECIPE.tiny_agent_args,  # taught without worked examples
     )
     return out, run_loop(RECIPE, cfg)
 
