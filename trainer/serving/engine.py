@@ -164,8 +164,17 @@ class _Swap:
     failure: str | None = None
 
 
+def serving_device() -> torch.device:
+    """Where the model decodes: the GPU when there is one (a machine without vLLM still samples there), else the CPU.
+
+    Only the model's forward passes and KV cache live there; the batch's bookkeeping and the
+    sampler stay on the CPU, so the two paths sample the same way.
+    """
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
 def load_causal_lm(path: str | Path) -> torch.nn.Module:
-    """Load a HF checkpoint for CPU inference in float32, or say what is wrong with it."""
+    """Load a HF checkpoint for inference in float32 on :func:`serving_device`, or say what is wrong with it."""
     from transformers import AutoModelForCausalLM
 
     path = Path(path)
@@ -182,7 +191,7 @@ def load_causal_lm(path: str | Path) -> torch.nn.Module:
     finally:
         if bars:
             hf_logging.enable_progress_bar()
-    return model.eval()
+    return model.to(serving_device()).eval()
 
 
 class GenerationEngine:
@@ -385,10 +394,12 @@ class GenerationEngine:
             mask[i, width - len(s) :] = 1
         positions = (mask.cumsum(1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
+        device = self.model.device
+        ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
         out = self.model(
             input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1
         )
-        return cache, mask, out.logits[:, -1].float()
+        return cache, mask, out.logits[:, -1].float().cpu()
 
     def _join(self, joining: list[_Row]) -> None:
         """Add rows to the running batch without recomputing it.
@@ -409,11 +420,11 @@ class GenerationEngine:
 
     def _decode(self) -> None:
         """Feed each row's last token through the model with the KV cache."""
-        ids = torch.tensor([[r.tokens[-1]] for r in self._rows])
-        self._mask = torch.cat([self._mask, torch.ones((len(self._rows), 1), dtype=torch.long)], dim=1)
+        ids = torch.tensor([[r.tokens[-1]] for r in self._rows], device=self._mask.device)
+        self._mask = torch.cat([self._mask, torch.ones((len(self._rows), 1), dtype=torch.long, device=self._mask.device)], dim=1)
         positions = self._mask.sum(1, keepdim=True) - 1
         out = self.model(input_ids=ids, attention_mask=self._mask, position_ids=positions, past_key_values=self._cache, use_cache=True)
-        self._logits = out.logits[:, -1].float()
+        self._logits = out.logits[:, -1].float().cpu()
 
     def _drop_rows(self, keep: list[int]) -> None:
         """Keep only rows ``keep`` in the batch and cut padding columns no row needs any more."""
@@ -421,7 +432,7 @@ class GenerationEngine:
         if not self._rows:
             self._cache = self._mask = None
             return
-        index = torch.tensor(keep)
+        index = torch.tensor(keep, device=self._mask.device)
         self._cache.batch_select_indices(index)
         self._mask = self._mask[index]
         unused = int((self._mask.cumsum(1) == 0).sum(1).min())
