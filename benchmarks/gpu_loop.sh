@@ -34,9 +34,14 @@ fi
 
 results="${2:-${OUT:-/tmp/tracerl-gpu-loop}}"
 mkdir -p "$results"
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site . >"$results/install.log" 2>&1 \
+[[ -n "${SKIP_INSTALL:-}" ]] || python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site . >"$results/install.log" 2>&1 \
   || { echo "tracerl install failed:"; tail -20 "$results/install.log"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$results/device.txt"
+# from outside the checkout: its partial tracerl/ folder would shadow the installed package (issue 37);
+# /tmp/site first on the path, the checkout after it for `examples`
+repo=$PWD
+cd /tmp
+export PYTHONPATH=/tmp/site:$repo
 gguf=/tmp/tracerl-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 mkdir -p "$(dirname "$gguf")"
 cat "$parts/part1" "$parts/part2" "$parts/part3" >"$gguf" || exit 1
@@ -51,18 +56,18 @@ options=(--model "$model" --server tracerl --backend torch --rounds "${ROUNDS:-6
          --eval-tasks 64 --concurrency 32 --max-tokens 40 --lr 2e-5 --minibatch-size 16 --epochs 1 --seed "${SEED:-0}")
 for variant in rl shuffled; do
   extra=(); [[ $variant == shuffled ]] && extra=(--shuffle-rewards)
-  timeout "${LOOP_SECONDS:-330}" python3 -m examples.calc.train "${options[@]}" "${extra[@]}" --out "/tmp/gpu-loop/$variant" \
+  timeout "${LOOP_SECONDS:-330}" python3 -m examples.calc.train "${options[@]}" "${extra[@]}" --out "/tmp/gpu-loop/$variant-seed${SEED:-0}" \
     >"$results/$variant.log" 2>&1 &
 done
 while jobs -r | grep -q .; do  # copy what each round wrote as it comes: a call cut short still returns it
   sleep 5
   for variant in rl shuffled; do
-    cp "/tmp/gpu-loop/$variant/metrics.jsonl" "$results/$variant-metrics.jsonl" 2>/dev/null
+    cp "/tmp/gpu-loop/$variant-seed${SEED:-0}/metrics.jsonl" "$results/$variant-metrics.jsonl" 2>/dev/null
   done
 done
 for variant in rl shuffled; do
-  cp "/tmp/gpu-loop/$variant/metrics.jsonl" "$results/$variant-metrics.jsonl" 2>/dev/null
-  cp "/tmp/gpu-loop/$variant/reward_curve.png" "$results/$variant-reward_curve.png" 2>/dev/null
+  cp "/tmp/gpu-loop/$variant-seed${SEED:-0}/metrics.jsonl" "$results/$variant-metrics.jsonl" 2>/dev/null
+  cp "/tmp/gpu-loop/$variant-seed${SEED:-0}/reward_curve.png" "$results/$variant-reward_curve.png" 2>/dev/null
   echo "== $variant"; tail -4 "$results/$variant.log"
   python3 - "$results/$variant-metrics.jsonl" <<'EOF'
 import json, sys

@@ -16,6 +16,7 @@ under ``benchmarks/results/``) with the commit they ran on.
     python benchmarks/learning.py                                          # the demo, seeds 0 1 2
     python benchmarks/learning.py --recipe examples.calc.recipe:RECIPE --parallel 2
     python benchmarks/learning.py --recipe examples.calc.recipe:RECIPE --setup smollm2 --rounds 2
+    python benchmarks/learning.py --from benchmarks/results/gpu-loop-h100-2026-11-27   # the tables of committed runs
 """
 
 from __future__ import annotations
@@ -78,6 +79,43 @@ def tool_use(run_dir: Path, rounds: int) -> list[dict]:
     return counts
 
 
+def committed_results(path: Path) -> list[dict]:
+    """Runs as ``run_all`` returns them, from what a run left: a ``--results`` JSON, or a folder of
+    ``VARIANT-seedN-metrics.jsonl`` (the loop's own rows, as ``gpu_loop.sh`` copies them back)."""
+    if path.is_file():
+        return json.loads(path.read_text())["runs"]
+    runs = []
+    for metrics in sorted(path.glob("*-seed*-metrics.jsonl")):
+        variant, _, seed = metrics.name.removesuffix("-metrics.jsonl").rpartition("-seed")
+        rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+        runs.append({"variant": variant, "seed": int(seed), "seconds": round(sum(r["seconds"] for r in rows), 1),
+                     "held_out": [r["eval_mean_reward"] for r in rows], "rows": rows})
+    return runs
+
+
+def summary(results: list[dict], variants: list[Variant]) -> str:
+    """The per-round table, the rise table and the verdict against the bar, as printed."""
+    lines = ["", "held-out reward per round, mean ± std over seeds:", "", per_round_table(results, variants), "",
+             "| variant | round 0 (no RL) | last round | rise | seeds rising | held-out calls to a tool, round 0 -> last | seconds per run (max) |",
+             "|---|---|---|---|---|---|---|"]
+    rises = {}
+    for v in variants:
+        runs = [r for r in results if r["variant"] == v.name]
+        rises[v.name] = [r["held_out"][-1] - r["held_out"][0] for r in runs]
+        calls = [f"{r['held_out_tool_use'][0]['called_tool']}->{r['held_out_tool_use'][-1]['called_tool']}/{r['held_out_tool_use'][0]['episodes']}"
+                 for r in runs if r.get("held_out_tool_use")]
+        lines.append(f"| {v.name} | {mean_spread([r['held_out'][0] for r in runs])} | {mean_spread([r['held_out'][-1] for r in runs])} "
+                     f"| {statistics.fmean(rises[v.name]):+.2f} | {sum(x > 0 for x in rises[v.name])}/{len(runs)} | {', '.join(calls) or '-'} "
+                     f"| {max(r['seconds'] for r in runs):.0f} |")
+    if "rl" in rises:
+        rl = statistics.fmean(rises["rl"])
+        control = statistics.fmean(rises["shuffled"]) if "shuffled" in rises else 0.0
+        verdict = rl >= RISE and all(x > 0 for x in rises["rl"]) and rl >= OVER_CONTROL * max(control, 0.0)
+        lines.append(f"\nrl: mean rise {rl:+.2f} (bar {RISE}), control {control:+.2f} (bar: rl >= {OVER_CONTROL:g}x), "
+                     f"every seed rising: {all(x > 0 for x in rises['rl'])} -> {'MEETS' if verdict else 'MISSES'} the bar")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="tracerl.orchestration.demo.recipe:DEMO", help="module:NAME of an AgentRecipe")
@@ -89,7 +127,18 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (each trains on one thread)")
     parser.add_argument("--out", type=Path, default=None, help="the runs' folders (default: a temporary folder)")
     parser.add_argument("--results", type=Path, default=None, help="raw per-round rows of every run, as JSON (default: OUT/raw.json)")
+    parser.add_argument("--from", dest="committed", type=Path, default=None,
+                        help="print the tables of runs already made (a --results file, or a folder of VARIANT-seedN-metrics.jsonl) instead of running")
     args = parser.parse_args()
+    if args.committed:
+        results = committed_results(args.committed)
+        variants = [VARIANTS[name] for name in args.variants if any(r["variant"] == name for r in results)]
+        print(summary(results, variants))
+        folder = args.committed if args.committed.is_dir() else args.committed.parent
+        plot = folder / (f"{args.committed.stem}.png" if args.committed.is_file() else "learning.png")
+        plot_curves(results, variants, plot, f"{load_recipe(args.recipe).title}: held-out reward")
+        print(f"curves: {plot}")
+        return
 
     recipe = load_recipe(args.recipe)
     setup = SETUPS[args.setup]()
@@ -107,24 +156,7 @@ def main() -> None:
     results_path.parent.mkdir(parents=True, exist_ok=True)
     results_path.write_text(json.dumps(raw, indent=1, default=str))
 
-    print("\nheld-out reward per round, mean ± std over seeds:\n")
-    print(per_round_table(results, variants))
-    print("\n| variant | round 0 (no RL) | last round | rise | seeds rising | held-out calls to a tool, round 0 -> last | seconds per run (max) |"
-          "\n|---|---|---|---|---|---|---|")
-    rises = {}
-    for v in variants:
-        runs = [r for r in results if r["variant"] == v.name]
-        rises[v.name] = [r["held_out"][-1] - r["held_out"][0] for r in runs]
-        calls = [f"{r['held_out_tool_use'][0]['called_tool']}->{r['held_out_tool_use'][-1]['called_tool']}/{r['held_out_tool_use'][0]['episodes']}" for r in runs]
-        print(f"| {v.name} | {mean_spread([r['held_out'][0] for r in runs])} | {mean_spread([r['held_out'][-1] for r in runs])} "
-              f"| {statistics.fmean(rises[v.name]):+.2f} | {sum(x > 0 for x in rises[v.name])}/{len(runs)} | {', '.join(calls)} "
-              f"| {max(r['seconds'] for r in runs):.0f} |")
-    if "rl" in rises:
-        rl = statistics.fmean(rises["rl"])
-        control = statistics.fmean(rises["shuffled"]) if "shuffled" in rises else 0.0
-        verdict = rl >= RISE and all(x > 0 for x in rises["rl"]) and rl >= OVER_CONTROL * max(control, 0.0)
-        print(f"\nrl: mean rise {rl:+.2f} (bar {RISE}), control {control:+.2f} (bar: rl >= {OVER_CONTROL:g}x), "
-              f"every seed rising: {all(x > 0 for x in rises['rl'])} -> {'MEETS' if verdict else 'MISSES'} the bar")
+    print(summary(results, variants))
     plot_curves(results, variants, out / "learning.png", f"{recipe.title} ({args.setup}): held-out reward")
     print(f"curves: {out / 'learning.png'}   raw rows: {results_path}   total {time.time() - started:.0f} s")
 

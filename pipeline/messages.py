@@ -109,6 +109,43 @@ def _part_text(part: Any) -> str:
     return ""
 
 
+def request_messages(messages_json_text: str | None) -> list[dict[str, Any]]:
+    """The messages as an OpenAI chat request carried them, which is what a server's chat template was given:
+    an assistant's tool calls as ``tool_calls``, each tool result a ``tool`` message with its call's id.
+
+    ``--retokenize`` renders prompts from these; :func:`chat_messages` (tool calls as text) is
+    for readers of conversations.
+    """
+    if not messages_json_text:
+        return []
+    out: list[dict[str, Any]] = []
+    for message in json.loads(messages_json_text):
+        if not isinstance(message, dict):
+            continue
+        role = str(message.get("role", "user"))
+        parts = message.get(A.GEN_AI_MESSAGE_PARTS)
+        if parts is None:  # a flattened layout: {role, content, tool_calls?: [{id, name, arguments}]}
+            parts = [{A.GEN_AI_PART_TYPE: A.GEN_AI_TEXT_PART, "content": message.get("content")}]
+            parts += [{A.GEN_AI_PART_TYPE: A.GEN_AI_TOOL_CALL_PART, **call} for call in message.get("tool_calls") or [] if isinstance(call, dict)]
+        parts = [p for p in parts if isinstance(p, dict)]
+        responses = [p for p in parts if p.get(A.GEN_AI_PART_TYPE) == A.GEN_AI_TOOL_CALL_RESPONSE_PART]
+        if responses:  # one tool message per result
+            out += [{"role": "tool", "tool_call_id": p.get("id"), "content": _part_text(p)} for p in responses]
+            continue
+        entry: dict[str, Any] = {"role": role, "content": "".join(_part_text(p) for p in parts)}
+        calls = [p for p in parts if p.get(A.GEN_AI_PART_TYPE) == A.GEN_AI_TOOL_CALL_PART]
+        if calls:
+            entry["tool_calls"] = [
+                {"id": c.get("id"), "type": "function", "function": {
+                    "name": c.get("name"),
+                    "arguments": c.get("arguments") if isinstance(c.get("arguments"), str) else json.dumps(c.get("arguments") or {}),
+                }}
+                for c in calls
+            ]
+        out.append(entry)
+    return out
+
+
 def chat_messages(messages_json_text: str | None) -> list[dict[str, str]]:
     """``[{role, content}]`` of a dataset's message JSON, whatever layout it came from.
 

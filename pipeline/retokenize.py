@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracerl.chat_template import template_prompt_ids
-from tracerl.pipeline.messages import chat_messages
+from tracerl.pipeline.messages import chat_messages, request_messages
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.schemas import attributes as A
 
@@ -83,7 +83,7 @@ class Retokenizer:
         self, input_messages: str | None, output_messages: str | None, tools: list[dict[str, Any]] | None = None,
     ) -> tuple[list[int], list[int]] | None:
         """(prompt ids, response ids) of a call's message JSON (and tools); None when either side is missing or empty."""
-        prompt, output = chat_messages(input_messages), chat_messages(output_messages)
+        prompt, output = request_messages(input_messages), chat_messages(output_messages)
         text = "".join(m["content"] for m in output if m["role"] == "assistant") if output else ""
         if not prompt or not text:
             return None

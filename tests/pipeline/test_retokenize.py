@@ -68,3 +68,24 @@ def test_a_folder_without_a_tokenizer_or_no_folder_at_all_is_named(spans, tmp_pa
         build_dataset(spans, tmp_path / "ds", retokenize=str(tmp_path / "empty"))
     with pytest.raises(PipelineInputError, match=r"--retokenize .*nowhere: no such folder"):
         build_dataset(spans, tmp_path / "ds", retokenize=str(tmp_path / "nowhere"))
+
+
+def test_prompts_are_rebuilt_from_the_messages_as_the_request_carried_them():
+    """A tool call goes back to the template as the request's ``tool_calls``, its result as a ``tool`` message
+    with the call's id: the template then renders them as the server did (on SmolLM2 with vLLM, prompt for
+    prompt: tests/examples/calc/test_smollm2.py)."""
+    from tracerl.pipeline.messages import request_messages
+
+    recorded = json.dumps([
+        {"role": "user", "parts": [{"type": "text", "content": "6*7?"}], "name": "user"},
+        {"role": "assistant", "parts": [{"type": "tool_call", "id": "c0", "name": "calculator", "arguments": '{"expression": "6*7"}'}]},
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c0", "response": "42"}]},
+    ])
+    assert request_messages(recorded) == [
+        {"role": "user", "content": "6*7?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c0", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "6*7"}'}}]},
+        {"role": "tool", "tool_call_id": "c0", "content": "42"},
+    ]
+    flattened = json.dumps([{"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "f", "arguments": {"a": 1}}]}])
+    assert request_messages(flattened)[0]["tool_calls"][0]["function"] == {"name": "f", "arguments": '{"a": 1}'}

