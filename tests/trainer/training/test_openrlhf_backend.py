@@ -122,8 +122,8 @@ def test_served_logprob_gap_and_icepop_filter_come_from_the_sampler_log_probs(ti
 
 
 def test_learning_rate_zero_is_the_same_run_without_learning(tiny_checkpoint):
-    """``--lr 0`` is the control a learning claim is measured against (benchmarks/learning.py): every
-    step is taken, the loss is computed, and no weight moves."""
+    """``--lr 0``: every step is taken, the loss is computed, and no weight moves (a run that measures the
+    loop's cost without changing the policy; learning claims use the shuffled-reward control instead)."""
     trainer = OpenRLHFTrainer(tiny_checkpoint, TrainConfig(dtype="fp32", epochs=2, minibatch_size=4, learning_rate=0.0))
     before = _params(trainer.actor.model.module)
     metrics = trainer.train(_served_apart(trainer, _batch()))
