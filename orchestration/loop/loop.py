@@ -358,6 +358,9 @@ def run_loop(
             on_phase(rnd, text)
 
     out = Path(cfg.out or Path("runs") / recipe.name)
+    earlier = sorted((out / "policy").glob("**/registry.json"))
+    if earlier:  # its registry would refuse a second version 0, after the rows of its metrics were gone
+        raise LoopSetupError(f"{out} holds an earlier run ({earlier[0]}): give --out another folder, or delete {out} to start over")
     out.mkdir(parents=True, exist_ok=True)
     metrics_path = out / A.RUN_METRICS_FILE
     metrics_path.write_text("")

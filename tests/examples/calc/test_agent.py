@@ -109,7 +109,7 @@ def test_reflect_on_tool_use_is_the_agents_own_switch_passed_through_the_loop(sc
     """``--agent-args=--reflect-on-tool-use`` (the paper's agent, for a real model): a second call per
     episode reads the tool's result and writes the answer, and both calls are captured for training."""
     cfg = LoopConfig(out=tmp_path, rounds=0, tasks_per_round=1, group_size=2, eval_tasks=2, seed=0, model=str(scripted_model),
-                     agent_args=("--reflect-on-tool-use",), train=TrainConfig(epochs=1, minibatch_size=8))
+                     agent_args=("--reflect-on-tool-use", *RECIPE.tiny_agent_args), train=TrainConfig(epochs=1, minibatch_size=8))
     run_loop(RECIPE, cfg)
     calls = llm_calls(tmp_path / "rounds" / "000")
     by_episode: dict[str, list[dict]] = {}

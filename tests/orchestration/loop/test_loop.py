@@ -61,3 +61,14 @@ def test_with_a_judge_each_round_trains_on_the_judges_scores_alone(tmp_path):
     returns = {r["episode_id"]: r["return"] for r in pq.read_table(round_dir / "dataset").to_pylist()}
     assert returns == scores  # identical credit: every call's return is its episode's judge score
     assert 0.0 <= rows[0]["train_mean_reward"] <= 1.0  # the agent's own reward, still measured
+
+
+def test_an_out_folder_holding_an_earlier_run_is_refused_before_anything_is_overwritten(tmp_path):
+    from tracerl.orchestration.loop.loop import LoopSetupError
+
+    (tmp_path / "run" / "policy").mkdir(parents=True)
+    (tmp_path / "run" / "policy" / "registry.json").write_text("[]")
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"round": 0}\n')
+    with pytest.raises(LoopSetupError, match=r"holds an earlier run .*give --out another folder, or delete"):
+        run_loop(DEMO, LoopConfig(out=tmp_path / "run", rounds=0))
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == '{"round": 0}\n'  # the earlier run's rows are still there
