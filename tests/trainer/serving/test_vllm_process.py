@@ -25,6 +25,18 @@ def test_a_gpu_gets_dtype_auto_and_cuda_graphs_a_cpu_float32_and_eager():
     assert flag(cpu, "--dtype") == "float32" and "--enforce-eager" in cpu
 
 
+def test_a_cpu_prefills_every_prompt_whole_in_a_batch_budget_of_the_context(tmp_path):
+    """vLLM 0.32's CPU worker crashed ("CPU Generator does not use offset") when a request with a seed was
+    prefilled in chunks: SmolLM2's 530-token prompts with the calc agent's worked examples were."""
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 8192}')
+    cpu = vllm_command("python", tmp_path, served_model_name="policy", host="127.0.0.1", port=8000, options=VllmOptions(), cuda=False)
+    assert "--no-enable-chunked-prefill" in cpu and flag(cpu, "--max-num-batched-tokens") == "8192"
+    assert flag(cpu, "--gpu-memory-utilization") == "0.3"  # vLLM's 0.92 of a shared 24 GB machine is not free
+    assert flag(command(VllmOptions(max_model_len=1024), cuda=False), "--max-num-batched-tokens") == "2048"  # at least vLLM's default
+    gpu = command(cuda=True)
+    assert "--no-enable-chunked-prefill" not in gpu and "--gpu-memory-utilization" not in gpu
+
+
 def test_options_given_win_over_the_device_defaults():
     argv = command(VllmOptions(dtype="bfloat16", enforce_eager=True, gpu_memory_utilization=0.4, max_model_len=8192), cuda=True)
     assert (flag(argv, "--dtype"), flag(argv, "--gpu-memory-utilization"), flag(argv, "--max-model-len")) == ("bfloat16", "0.4", "8192")
