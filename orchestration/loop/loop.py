@@ -229,6 +229,15 @@ def judge_round(data_dir: Path, cfg: LoopConfig) -> dict[str, int]:
     return {"judged": summary.scored, "judge_failed": summary.failed, "judge_calls": summary.calls}
 
 
+def generated_tokens(data_dir: Path) -> int:
+    """Tokens the policy sampled in the round, every split (as captured)."""
+    query = f"""
+        SELECT coalesce(sum(len(completion_token_ids)), 0)
+        FROM read_parquet('{data_dir}/spans/**/*.parquet', union_by_name = true) WHERE completion_token_ids IS NOT NULL
+    """
+    return int(duckdb.sql(query).fetchall()[0][0])
+
+
 def mean_rewards_by_split(data_dir: Path) -> dict[str, float]:
     """Mean episode reward per split, read back from the captured reward spans."""
     query = f"""
@@ -432,6 +441,7 @@ def run_loop(
                 "train_mean_reward": rewards.get("train"),
                 "eval_mean_reward": rewards.get("test"),
                 "transitions": int(manifest["counts"]["transitions"]),
+                "generated_tokens": generated_tokens(round_dir / "data"),
                 **({"wrong_policy_calls": calls["skipped"].get("wrong_policy", 0)} if several else {}),
                 **judged,
             }
@@ -483,6 +493,8 @@ def train_and_publish(
         "train_loss": stats.loss, "clip_fraction": stats.clip_fraction, "approx_kl": stats.approx_kl,
         "served_logprob_gap": stats.served_logprob_gap, "is_filtered_fraction": stats.is_filtered_fraction, "entropy": stats.entropy,
         "train_seconds": stats.seconds, "peak_memory_bytes": stats.peak_memory_bytes, "skipped": skipped,
+        # every token through the model's forward and backward passes, prompts included (what a CPU round's time goes to)
+        "trained_tokens": sum(len(s.prompt_token_ids) + len(s.response_token_ids) for s in samples + kept),
         "checkpoint_bytes": folder_bytes(checkpoint),
     }
     phase(f"publishing {policy.name} v{version}" if policy.rows else "publishing")

@@ -30,7 +30,9 @@ def test_short_loop_trains_and_refreshes_the_endpoint(tmp_path):
         assert 0.0 <= row["train_mean_reward"] <= 1.0 and 0.0 <= row["eval_mean_reward"] <= 1.0
         # one transition per LLM call: 2 calls per episode, training episodes only
         assert row["transitions"] == 4 * 2 * 2
+        assert row["generated_tokens"] > 0
     assert rows[0]["train_loss"] is not None and "train_loss" not in rows[1]
+    assert rows[0]["trained_tokens"] > rows[0]["transitions"]  # prompts and responses, every sample
     # the trainer starts from the weights that sampled round 0: its log-probs are the served ones
     assert rows[0]["served_logprob_gap"] < 1e-3
     assert (tmp_path / "run" / "policy" / "v1" / "config.json").exists()
