@@ -130,8 +130,11 @@ def inspect_gguf(path: Path) -> str:
     if magic != GGUF_MAGIC:
         raise GgufError(f"{path} is not a GGUF file (it starts with {magic!r}, a GGUF with b'GGUF'): pass a .gguf model file "
                         "(for a Hugging Face folder, give --model the folder itself)")
-    import gguf
-    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+    try:
+        import gguf
+        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+    except ImportError as exc:
+        raise GgufError(f"reading a GGUF needs {exc.name}: pip install 'tracerl[torch]' (it brings gguf and accelerate)") from None
 
     try:
         reader = gguf.GGUFReader(path)
