@@ -38,7 +38,10 @@ def test_the_folder_gives_the_ggufs_logits_with_an_untied_head_and_a_template_th
     assert '"name": "calculator"' in text and "<tool_call>" in text and text.endswith("<|im_start|>assistant\n")
 
 
-def test_a_second_call_returns_the_cached_folder_at_once(smollm2_folder: Path):
+def test_a_second_call_returns_the_cached_folder_at_once(smollm2_folder: Path, monkeypatch: pytest.MonkeyPatch):
+    from tracerl.trainer.from_gguf import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(smollm2_folder.parents[1]))  # the cache the fixture converted into: CACHE/models/NAME
     began = time.perf_counter()
     again = gguf_folder(chat_template="hermes")
     assert again.cached and again.path == smollm2_folder
