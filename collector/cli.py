@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from tracerl.collector.compaction import (
+    TABLES,
+    CompactionBusy,
+    CompactionSettings,
+    PartitionResult,
+    PeriodicCompaction,
+)
+from tracerl.collector.compaction import compact as compact_pass
 from tracerl.collector.service import MiB, CollectorConfig, replay_unused_wals
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
@@ -31,6 +40,7 @@ def serve(
     max_body_mb: int = typer.Option(64, help="Largest request after decompression; larger ones get 413."),
     workers: int = typer.Option(1, min=1, help="Collector processes sharing the ports (one core each; each has its own WAL)."),
     log_level: str = typer.Option("info", help="Log level (span content is never logged)."),
+    compact_every: float = typer.Option(0.0, help="Seconds between compaction passes run by this collector (0: none); see `collector compact`."),
 ) -> None:
     """Receive OTLP (HTTP protobuf/JSON on /v1/traces and /v1/logs, and gRPC); write durable Parquet."""
     from tracerl.collector.server import CollectorServer, Endpoints
@@ -55,16 +65,52 @@ def serve(
         typer.echo(f"tracerl collector: OTLP/HTTP {scheme}://{host}:{http} OTLP/gRPC {grpc if grpc is not None else 'off'} "
                    f"workers={workers} out={out}")
 
+    compaction = PeriodicCompaction(out, CompactionSettings(), compact_every) if compact_every > 0 else nullcontext()
     try:
-        if workers > 1:
-            serve_workers(config, endpoints, workers, ready)
-        else:
-            replay_unused_wals(config, workers)  # e.g. of worker 1 when the last run had --workers 2
-            server = CollectorServer(config, endpoints)
-            server.serve(on_ready=lambda: ready(server.http_port, server.grpc_port))
+        with compaction:
+            if workers > 1:
+                serve_workers(config, endpoints, workers, ready)
+            else:
+                replay_unused_wals(config, workers)  # e.g. of worker 1 when the last run had --workers 2
+                server = CollectorServer(config, endpoints)
+                server.serve(on_ready=lambda: ready(server.http_port, server.grpc_port))
     except (ValueError, RuntimeError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
+
+
+@app.command()
+def compact(
+    out: str = typer.Argument(..., help="Data dir (local folder or s3://bucket/prefix) a collector or exporters write."),
+    table: list[str] = typer.Option(list(TABLES), "--table", help="Table folder(s) under OUT to compact."),
+    target_mb: int = typer.Option(128, min=1, help="Size of the files written; files over half of it are left as they are."),
+    settle: float = typer.Option(900.0, min=0, help="Seconds after its hour ends before a partition is compacted."),
+    grace: float = typer.Option(900.0, min=0, help="Seconds the replaced files stay for readers that listed them before the swap."),
+) -> None:
+    """Rewrite closed hour partitions' small files into few large ones, atomically (one pass).
+
+    The pipeline reads the old files or the new, never both; a killed pass loses and duplicates nothing, and the next pass finishes or undoes it. Run it from cron, or let `collector serve --compact-every` run it."""
+    from rich.progress import Progress
+
+    settings = CompactionSettings(target_bytes=target_mb * MiB, settle_s=settle, grace_s=grace)
+    totals = {"files_in": 0, "files_out": 0, "rows": 0, "inputs_deleted": 0, "cleaned": 0}
+    with Progress(transient=True) as progress:
+        task = progress.add_task("compacting", total=None)
+
+        def show(result: PartitionResult) -> None:
+            for key in totals:
+                totals[key] += getattr(result, key)
+            progress.update(task, description=f"{result.table}/{result.partition}", advance=1)
+            for reason in result.left_alone:
+                typer.echo(f"left alone: {result.table}/{result.partition}/{reason}", err=True)
+
+        try:
+            compact_pass(out, settings, tables=tuple(table), on_partition=show)
+        except (CompactionBusy, OSError, RuntimeError, ValueError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+    typer.echo(f"compacted {totals['files_in']} files into {totals['files_out']} ({totals['rows']} rows); "
+               f"deleted {totals['inputs_deleted']} replaced files, cleaned {totals['cleaned']} left by killed passes")
 
 
 def main() -> None:

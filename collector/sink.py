@@ -27,6 +27,7 @@ from google.protobuf.message import Message
 
 from tracerl.collector import wal
 from tracerl.collector.otlp import BadPayload, Converted, parse_protobuf
+from tracerl.compaction_log import CompactionRecord, is_record
 from tracerl.storage import hour_partition, resolve, write_parquet_atomic
 
 log = logging.getLogger("tracerl.collector")
@@ -331,14 +332,23 @@ class DurableTable:
     def _already_written(self, seq: int, partition: str) -> bool:
         """Did a crash hit between the Parquet commit and the segment's deletion?
 
-        Also removes the hidden temporary file of a write the crash interrupted."""
+        The file may since have been compacted into another: the partition's compaction
+        records then name it among their inputs. Also removes the hidden temporary file of a
+        write the crash interrupted."""
         fs, base = resolve(self.root)
         selector = pafs.FileSelector(f"{base}/{partition}", allow_not_found=True)
         prefix = self._prefix(seq) + "-"
         written = False
+        records = []
         for info in fs.get_file_info(selector):
             if info.base_name.startswith(prefix):
                 written = True
             elif info.base_name.startswith("." + prefix) and info.base_name.endswith(".tmp"):
                 fs.delete_file(info.path)
+            elif info.base_name.endswith(".json") and is_record(info.base_name):
+                records.append(info.path)
+        for path in records if not written else []:
+            with fs.open_input_stream(path) as stream:
+                inputs = CompactionRecord.from_json(stream.read().decode()).inputs
+            written = written or any(name.startswith(prefix) for name in inputs)
         return written

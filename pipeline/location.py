@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from tracerl.compaction_log import is_record, visible_files
 from tracerl.storage import resolve
 
 
@@ -58,20 +59,25 @@ class Location:
         return self.fs.get_file_info(self.path).type
 
     def files(self, suffix: str = ".parquet") -> list[str]:
-        """Every file named ``*{suffix}`` below this folder, by the name DuckDB reads it by, sorted.
+        """Every file named ``*{suffix}`` below this folder that a reader reads, by the name DuckDB reads it by, sorted.
 
         Names with a part starting with ``.`` are skipped: files still being written
-        (``tracerl.storage`` writes under a dot-name, then renames) or tool metadata.
-        One listing: what it returns is what the build reads.
+        (``tracerl.storage`` writes under a dot-name, then renames) or tool metadata. Where
+        compaction ran, its records decide which of old and new files are read
+        (:mod:`tracerl.compaction_log`). One listing: what it returns is what the build reads.
         """
-        found = []
+        listed = []
         root = self.path.rstrip("/")
         for info in self.fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
             relative = info.path[len(root):].lstrip("/")
-            if info.type == pafs.FileType.File and relative.endswith(suffix):
+            if info.type == pafs.FileType.File and (relative.endswith(suffix) or is_record(relative)):
                 if not any(part.startswith(".") for part in relative.split("/")):
-                    found.append(self.name(info.path))
-        return sorted(found)
+                    listed.append(info.path)
+        return [self.name(path) for path in visible_files(listed, self._read_text, suffix)]
+
+    def _read_text(self, path: str) -> str:
+        with self.fs.open_input_stream(path) as stream:
+            return stream.read().decode()
 
     def _own_path(self, name: str) -> str:
         return name if self.is_local else name.removeprefix(f"{self.scheme}://")

@@ -50,9 +50,10 @@ class AtomicParquetFile:
 
     def __init__(
         self, root: str | os.PathLike, schema: pa.Schema, *, prefix: str, partition: str | None = None,
-        compression: str = "zstd", **write_options: Any,
+        compression: str = "zstd", filesystem: pafs.FileSystem | None = None, **write_options: Any,
     ) -> None:
-        self._fs, base = resolve(root)
+        # root: a folder or URI; or, with ``filesystem``, a path in that filesystem's own terms
+        self._fs, base = (filesystem, os.fspath(root)) if filesystem is not None else resolve(root)
         folder = f"{base}/{partition}" if partition else base
         name = new_file_name(prefix)
         self.path = f"{folder}/{name}"

@@ -1,0 +1,308 @@
+"""`tracerl collector compact`: closed hours' small files become few large ones, and no reader can tell.
+
+Readers go through the pipeline's one listing (`Location.files`), which follows the compaction
+records: every test counts what that listing reads, row by row and id by id.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from tracerl.cli import app
+from tracerl.collector.compaction import CompactionBusy, CompactionSettings, compact, hour_closed
+from tracerl.collector.sink import DurableTable
+from tracerl.collector.service import TRACES
+from tracerl.compaction_log import CompactionRecord
+from tracerl.pipeline import build_dataset, dataset_table
+from tracerl.pipeline.location import locate
+from tracerl.storage import write_parquet_atomic
+from tracerl_testing.synthetic_spans import generate
+
+OLD = ("date=2026-11-26/hour=03", "date=2026-11-26/hour=04")
+NOW = time.time()
+NOW_PARTITION = time.strftime("date=%Y-%m-%d/hour=%H", time.gmtime(NOW))
+SETTLED = CompactionSettings(target_bytes=64 << 20, settle_s=900, grace_s=0)
+
+
+def small_files(root: str, table: pa.Table, partition: str, per_file: int, prefix: str = "spans") -> int:
+    """Write ``table`` as files of ``per_file`` rows under ``root/partition``, as a writer flushing often would."""
+    count = 0
+    for start in range(0, table.num_rows, per_file):
+        write_parquet_atomic(table.slice(start, per_file), root, prefix=prefix, partition=partition)
+        count += 1
+    return count
+
+
+def read_ids(data: str) -> list[str]:
+    """Every span id the pipeline's listing reads (duplicates kept), sorted."""
+    spans = locate(data).child("spans")
+    ids: list[str] = []
+    for name in spans.files():
+        ids.extend(spans.read_table(name, ["span_id"]).column("span_id").to_pylist())
+    return sorted(ids)
+
+
+def data_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.parquet") if not p.name.startswith("."))
+
+
+@pytest.fixture
+def spans_in_hours(data_dir: Path) -> tuple[Path, list[str]]:
+    """Three hours of spans in 10-row files: two closed hours and the current one."""
+    table = generate(60, seed=1)  # 600 spans
+    root = str(data_dir / "spans")
+    thirds = [table.slice(0, 200), table.slice(200, 200), table.slice(400, 200)]
+    for part, partition in zip(thirds, [*OLD, NOW_PARTITION]):
+        small_files(root, part, partition, per_file=10)
+    return data_dir, sorted(table.column("span_id").to_pylist())
+
+
+def test_closed_hours_become_one_file_each_and_the_open_hour_is_left_alone(spans_in_hours):
+    data, ids = spans_in_hours
+    results = compact(str(data), SETTLED, now=NOW)
+
+    assert sorted((r.partition, r.files_in, r.files_out, r.rows, r.inputs_deleted) for r in results) == [
+        (OLD[0], 20, 1, 200, 20), (OLD[1], 20, 1, 200, 20)]
+    for partition in OLD:
+        assert [p.name[:8] for p in data_files(data / "spans" / partition)] == ["compact-"]
+    assert len(data_files(data / "spans" / NOW_PARTITION)) == 20
+    assert read_ids(str(data)) == ids
+    assert compact(str(data), SETTLED, now=NOW) == []  # a second pass has nothing to do
+
+
+def test_the_pipeline_builds_the_same_dataset_from_compacted_and_uncompacted_hours(spans_in_hours, tmp_path):
+    data, _ = spans_in_hours
+    build_dataset(data, tmp_path / "before")
+    compact(str(data), SETTLED, now=NOW)
+    build_dataset(data, tmp_path / "after")
+
+    def rows(out: Path) -> pa.Table:
+        return dataset_table(out).sort_by([("episode_id", "ascending"), ("step", "ascending")])
+
+    assert rows(tmp_path / "before").num_rows > 0
+    assert rows(tmp_path / "before").equals(rows(tmp_path / "after"))
+
+
+def test_replaced_files_stay_through_the_grace_period_but_are_never_read_twice(spans_in_hours):
+    data, ids = spans_in_hours
+    graceful = CompactionSettings(target_bytes=64 << 20, settle_s=900, grace_s=600)
+    first = compact(str(data), graceful, now=NOW)
+    assert sum(r.inputs_deleted for r in first) == 0
+    assert len(data_files(data / "spans" / OLD[0])) == 21  # inputs still there for readers that listed them
+    assert read_ids(str(data)) == ids
+
+    later = compact(str(data), graceful, now=NOW + 601)
+    assert sum(r.inputs_deleted for r in later) == 40
+    assert len(data_files(data / "spans" / OLD[0])) == 1
+    assert sorted(p.name.rsplit(".", 1)[1] for p in (data / "spans" / OLD[0]).glob("_compaction-*")) == ["done", "json"]
+    assert read_ids(str(data)) == ids
+
+
+def test_a_reader_during_compaction_sees_the_old_files_or_the_new_never_both_never_neither(data_dir):
+    table = generate(200, seed=2)  # 2000 spans over 10 hours of 20 files each
+    root = str(data_dir / "spans")
+    for hour in range(10):
+        small_files(root, table.slice(hour * 200, 200), f"date=2026-11-26/hour={hour:02d}", per_file=10)
+    ids = sorted(table.column("span_id").to_pylist())
+    done = threading.Event()
+    seen: list[int] = []
+    errors: list[str] = []
+
+    def reader() -> None:
+        while not done.is_set():
+            got = read_ids(str(data_dir))
+            seen.append(len(got))
+            if got != ids:
+                errors.append(f"{len(got)} ids read, {len(set(got))} distinct, {len(ids)} expected")
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        compact(str(data_dir), CompactionSettings(target_bytes=64 << 20, settle_s=900, grace_s=300), now=NOW)
+    finally:
+        done.set()
+        thread.join()
+    assert len(seen) >= 2 and errors == []
+
+
+def test_files_of_older_writers_with_fewer_columns_merge_with_nulls(data_dir):
+    table = generate(4, seed=3)
+    root = str(data_dir / "spans")
+    write_parquet_atomic(table.slice(0, 20), root, prefix="old", partition=OLD[0])
+    newer = table.slice(20).append_column("extra_column", pa.array(["x"] * (table.num_rows - 20)))
+    write_parquet_atomic(newer, root, prefix="new", partition=OLD[0])
+
+    compact(str(data_dir), SETTLED, now=NOW)
+
+    [output] = data_files(data_dir / "spans" / OLD[0])
+    merged = pq.read_table(output)
+    assert merged.num_rows == table.num_rows
+    assert merged.column("extra_column").null_count == 20
+
+
+def test_an_unreadable_file_is_left_alone_and_named_while_the_rest_is_compacted(data_dir):
+    root = str(data_dir / "spans")
+    small_files(root, generate(4, seed=4), OLD[0], per_file=10)
+    broken = data_dir / "spans" / OLD[0] / "agent-broken.parquet"
+    broken.write_bytes(b"PAR1 not really")
+
+    [result] = compact(str(data_dir), SETTLED, now=NOW)
+
+    assert result.files_in == 4 and result.files_out == 1
+    assert len(result.left_alone) == 1 and result.left_alone[0].startswith("agent-broken.parquet: not a readable Parquet file")
+    assert broken.exists()
+
+
+def test_a_second_compactor_on_the_same_folder_is_refused(spans_in_hours):
+    data, _ = spans_in_hours
+    import fcntl
+
+    with open(data / "spans" / ".compaction.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(CompactionBusy, match="another compaction is running"):
+            compact(str(data), SETTLED, now=NOW)
+
+
+def test_files_under_the_target_size_are_grouped_into_files_of_about_that_size(data_dir):
+    table = generate(400, seed=5)
+    root = str(data_dir / "spans")
+    small_files(root, table, OLD[0], per_file=100)  # 40 files
+    sizes = [p.stat().st_size for p in data_files(data_dir / "spans" / OLD[0])]
+    target = sum(sizes) // 3 + 1
+
+    [result] = compact(str(data_dir), CompactionSettings(target_bytes=target, settle_s=900, grace_s=0), now=NOW)
+
+    # three full groups; a last file alone in its group is not worth rewriting and stays as it is
+    assert result.files_in >= 39 and result.files_out == 3
+    assert len(data_files(data_dir / "spans" / OLD[0])) == 3 + 40 - result.files_in
+    assert all(p.stat().st_size <= target for p in data_files(data_dir / "spans" / OLD[0]))
+    assert read_ids(str(data_dir)) == sorted(table.column("span_id").to_pylist())
+
+
+def test_an_hour_is_closed_once_it_ended_plus_the_settle_time():
+    start = 1764126000  # 2025-11-26 03:00 UTC
+    assert not hour_closed("spans/date=2025-11-26/hour=03", start + 3600 + 899, 900)
+    assert hour_closed("spans/date=2025-11-26/hour=03", start + 3600 + 900, 900)
+    assert not hour_closed("spans/some-folder", start + 10**6, 0)  # only hour partitions are compacted
+
+
+def _compaction_child(data: Path) -> list[str]:
+    code = ("import sys; from tracerl.collector.compaction import CompactionSettings, compact; "
+            "compact(sys.argv[1], CompactionSettings(target_bytes=1 << 20, settle_s=900, grace_s=0))")
+    return [sys.executable, "-c", code, str(data)]
+
+
+def test_kill_9_at_random_points_loses_and_duplicates_nothing(tmp_path):
+    table = generate(300, seed=6)  # 3000 spans, 12 hours of 25 files
+    template = tmp_path / "template"
+    for hour in range(12):
+        small_files(str(template / "spans"), table.slice(hour * 250, 250), f"date=2026-11-26/hour={hour:02d}", per_file=10)
+    ids = sorted(table.column("span_id").to_pylist())
+
+    whole = tmp_path / "whole"
+    shutil.copytree(template, whole)
+    started = time.monotonic()
+    subprocess.run(_compaction_child(whole), check=True)
+    duration = time.monotonic() - started
+    assert len(data_files(whole / "spans")) == 12
+
+    rng = random.Random(0)
+    midway = 0  # kills that left some hours compacted and others not
+    for attempt in range(8):
+        data = tmp_path / f"killed-{attempt}"
+        shutil.copytree(template, data)
+        child = subprocess.Popen(_compaction_child(data))
+        time.sleep(rng.uniform(0.2, duration))  # the interpreter's start is in it too
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        assert read_ids(str(data)) == ids, f"after kill -9 at attempt {attempt}"
+        midway += 0 < len(list((data / "spans").rglob("_compaction-*.json"))) < 12
+        subprocess.run(_compaction_child(data), check=True)  # the next pass finishes or undoes it
+        assert read_ids(str(data)) == ids
+        assert len(data_files(data / "spans")) == 12
+        assert not [p for p in (data / "spans").rglob(".*.tmp")]
+    assert midway >= 1  # the kills did land inside passes, not only before or after them
+
+
+def test_a_wal_replay_finds_its_segment_written_even_after_compaction(data_dir, tmp_path):
+    sink = DurableTable(TRACES.table, out=str(data_dir), wal_dir=tmp_path / "wal", instance_id="c1",
+                        flush_bytes=1 << 20, flush_interval_s=1, max_backlog_bytes=1 << 20)
+    root = str(data_dir / "spans")
+    table = generate(2, seed=7)
+    write_parquet_atomic(table.slice(0, 10), root, prefix=sink._prefix(41), partition=OLD[0])  # as _write does
+    write_parquet_atomic(table.slice(10), root, prefix=sink._prefix(42), partition=OLD[0])
+    assert sink._already_written(41, OLD[0]) and not sink._already_written(43, OLD[0])
+
+    compact(str(data_dir), SETTLED, now=NOW)
+
+    assert not list((data_dir / "spans" / OLD[0]).glob("c1-*"))
+    assert sink._already_written(41, OLD[0]) and sink._already_written(42, OLD[0])
+    assert not sink._already_written(43, OLD[0])
+
+
+def test_compaction_on_object_storage(s3, tmp_path):
+    store = f"s3://traces/data?endpoint_override={s3}&scheme=http"
+    table = generate(20, seed=8)
+    small_files(f"s3://traces/data/spans?endpoint_override={s3}&scheme=http", table, OLD[0], per_file=10)
+    ids = sorted(table.column("span_id").to_pylist())
+    build_dataset(store, tmp_path / "before")
+
+    [result] = compact(store, CompactionSettings(target_bytes=64 << 20, settle_s=900, grace_s=300), now=NOW)
+    assert (result.files_in, result.files_out, result.inputs_deleted) == (20, 1, 0)
+    assert read_ids(store) == ids
+    [later] = compact(store, CompactionSettings(target_bytes=64 << 20, settle_s=900, grace_s=300), now=NOW + 301)
+    assert later.inputs_deleted == 20
+    assert read_ids(store) == ids
+    build_dataset(store, tmp_path / "after")
+    assert dataset_table(tmp_path / "after").num_rows == dataset_table(tmp_path / "before").num_rows > 0
+
+
+def test_the_command_compacts_and_says_what_it_did(spans_in_hours):
+    data, ids = spans_in_hours
+    result = CliRunner().invoke(app, ["collector", "compact", str(data), "--settle", "0", "--grace", "0"])
+    assert result.exit_code == 0, result.output
+    # the current hour is not over: it is left for a later pass
+    assert "compacted 40 files into 2 (400 rows); deleted 40 replaced files" in result.output
+    assert read_ids(str(data)) == ids
+
+
+def test_the_command_names_a_folder_another_compaction_holds(spans_in_hours):
+    data, _ = spans_in_hours
+    import fcntl
+
+    with open(data / "spans" / ".compaction.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        result = CliRunner().invoke(app, ["collector", "compact", str(data)])
+    assert result.exit_code == 2
+    assert "another compaction is running on" in result.output
+
+
+def test_serve_compacts_closed_hours_while_it_receives(spans_in_hours, tmp_path):
+    data, ids = spans_in_hours
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tracerl", "collector", "serve", "--out", str(data), "--http-port", "0",
+         "--grpc-port", "-1", "--compact-every", "0.2"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(list((data / "spans").rglob("_compaction-*.json"))) < 2:
+            time.sleep(0.2)
+    finally:
+        server.send_signal(signal.SIGINT)
+        output = server.communicate(timeout=30)[0]
+    records = [CompactionRecord.from_json(p.read_text()) for p in (data / "spans").rglob("_compaction-*.json")]
+    assert sorted(r.rows for r in records) == [200, 200], output
+    assert read_ids(str(data)) == ids

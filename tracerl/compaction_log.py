@@ -1,0 +1,131 @@
+"""The records compaction leaves in a partition, and which files a reader sees because of them.
+
+Compaction (``tracerl collector compact``) rewrites the small files of one hour partition into a
+few large ones. No filesystem, and no object store, swaps many files for others in one step, so
+the swap is a protocol that every reader of this project follows (the pipeline's one listing,
+:meth:`tracerl.pipeline.location.Location.files`, and the collector's WAL replay):
+
+1. The new files are written under names that say which compaction wrote them,
+   ``compact-<id>-....parquet``. Until step 2 a reader ignores them.
+2. The record ``_compaction-<id>.json`` (the inputs it replaces, the outputs it wrote, their
+   rows) is written in one put: the commit. From then on a reader sees the outputs and no longer
+   the inputs. A reader therefore sees the old files or the new ones, never both, never neither.
+3. After a grace period (readers that listed before the commit may still be reading the inputs)
+   the inputs are deleted, then the marker ``_compaction-<id>.done`` is written: readers need not
+   open a record whose inputs are gone.
+
+Records stay: they are small (one per partition and pass) and the collector's WAL replay asks
+them whether a segment it is about to write again was written, and compacted, already.
+
+A plain glob (``read_parquet('spans/**/*.parquet')``) does not know the protocol: between the
+commit and the deletion of the inputs it would read both. Read with the pipeline, or after the
+grace period.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from posixpath import basename, dirname
+
+RECORD_PREFIX = "_compaction-"
+RECORD_SUFFIX = ".json"
+DONE_SUFFIX = ".done"
+OUTPUT_PREFIX = "compact-"
+_OUTPUT = re.compile(r"^compact-([0-9a-f]{16})-")
+_RECORD = re.compile(r"^_compaction-([0-9a-f]{16})\.(json|done)$")
+
+
+@dataclass
+class CompactionRecord:
+    """What one compaction of one partition replaced: file names are relative to the partition."""
+
+    id: str
+    inputs: list[str]
+    outputs: list[str]
+    rows: int
+    committed_at: float  # unix seconds; the grace period counts from here
+    input_bytes: int = 0
+    output_bytes: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> CompactionRecord:
+        return cls(**json.loads(text))
+
+
+def record_name(compaction_id: str) -> str:
+    return f"{RECORD_PREFIX}{compaction_id}{RECORD_SUFFIX}"
+
+
+def done_name(compaction_id: str) -> str:
+    return f"{RECORD_PREFIX}{compaction_id}{DONE_SUFFIX}"
+
+
+def output_id(name: str) -> str | None:
+    """The compaction that wrote file ``name`` (a base name), or None for a file a writer made."""
+    match = _OUTPUT.match(name)
+    return match.group(1) if match else None
+
+
+def record_id(name: str) -> tuple[str, str] | None:
+    """``(id, "json" | "done")`` for a record or marker base name, else None."""
+    match = _RECORD.match(name)
+    return (match.group(1), match.group(2)) if match else None
+
+
+def is_record(name: str) -> bool:
+    return record_id(basename(name)) is not None
+
+
+@dataclass
+class PartitionState:
+    """One partition's files as one listing saw them, with the records among them."""
+
+    parquet: list[str] = field(default_factory=list)  # base names
+    committed: set[str] = field(default_factory=set)  # ids with a record
+    done: set[str] = field(default_factory=set)  # ids whose inputs are deleted
+
+    def replaced(self, read_record: Callable[[str], CompactionRecord]) -> set[str]:
+        """Inputs of committed compactions whose inputs may still be there (their records are read)."""
+        names: set[str] = set()
+        for compaction_id in sorted(self.committed - self.done):
+            names.update(read_record(compaction_id).inputs)
+        return names
+
+    def visible(self, read_record: Callable[[str], CompactionRecord]) -> list[str]:
+        """The data files a reader reads: uncommitted outputs and replaced inputs left out."""
+        replaced = self.replaced(read_record)
+        return [name for name in self.parquet
+                if name not in replaced and (output_id(name) is None or output_id(name) in self.committed)]
+
+
+def partitions(paths: Iterable[str], suffix: str = ".parquet") -> dict[str, PartitionState]:
+    """Group one listing's file paths (``*{suffix}`` data files and records) by folder."""
+    found: dict[str, PartitionState] = defaultdict(PartitionState)
+    for path in paths:
+        folder, name = dirname(path), basename(path)
+        if (parsed := record_id(name)) is not None:
+            compaction_id, kind = parsed
+            (found[folder].committed if kind == "json" else found[folder].done).add(compaction_id)
+        elif name.endswith(suffix):
+            found[folder].parquet.append(name)
+    return found
+
+
+def visible_files(paths: Iterable[str], read_text: Callable[[str], str], suffix: str = ".parquet") -> list[str]:
+    """The paths among ``paths`` (one listing, records included) that a reader reads, sorted.
+
+    ``read_text(path)`` reads a record; only records whose inputs may still exist are read."""
+    result = []
+    for folder, state in partitions(paths, suffix).items():
+        def read(compaction_id: str, folder: str = folder) -> CompactionRecord:
+            return CompactionRecord.from_json(read_text(f"{folder}/{record_name(compaction_id)}"))
+
+        result.extend(f"{folder}/{name}" for name in state.visible(read))
+    return sorted(result)
