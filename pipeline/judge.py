@@ -4,11 +4,15 @@ The finished episodes of each task are shown together to a judge (any OpenAI-com
 endpoint) that scores them against a rubric, relative to each other
 (:mod:`tracerl.pipeline.judge_prompt`). Every outcome is kept in the data dir's
 ``judgments/NAME.jsonl`` (:mod:`tracerl.pipeline.judgment_log`: prompt, raw answer,
-judge model, rubric hash), which is also the cache: a re-run judges only episodes without
-a final judgment under the same judge model and rubric. The scores are written as late
-rewards, ``rewards/NAME.parquet`` (episode_id, name, value, plus the provenance columns),
-which ``build-dataset``, ``doctor`` and the report read like any other rewards of the data
-dir; the judge's outcomes are counted by doctor (``judgments``).
+judge model, rubric hash, judge URL, the episode's content hash), which is also the cache:
+a re-run judges again what no longer stands under the same model, rubric and URL (an
+episode whose content changed, a failure, a ``too_long`` skip when the limit was raised,
+what ``max_calls`` left unsent: :func:`tracerl.pipeline.judgment_log.still_stands`). Each
+worker writes its group's lines before it sends another, so a kill loses at most
+``concurrency`` groups. The scores are written as late rewards, ``rewards/NAME.parquet``
+(episode_id, name, value, plus the provenance columns), which ``build-dataset``, ``doctor``
+and the report read like any other rewards of the data dir; the judge's outcomes are counted
+by doctor (``judgments``).
 
 Rules, each with its count in the summary:
 
@@ -16,11 +20,16 @@ Rules, each with its count in the summary:
 - **Ties** are kept as the judge gave them; a group scored all alike gives GRPO nothing to
   learn from, and is counted (``tied_groups``).
 - **Too long**: an episode whose prompt alone exceeds ``max_prompt_chars`` is not sent
-  (``skipped``, reason ``too_long``); a group that does not fit is split into parts that do,
-  each judged on its own; more than ``max_group`` episodes of a task are split the same way.
+  (``skipped``, reason ``too_long``, with the limit; a run with a higher limit tries it again);
+  a group that does not fit is split into parts that do, each judged on its own; more than
+  ``max_group`` episodes of a task are split the same way.
 - **An answer that does not parse**, or a call that fails (timeout, dropped connection,
-  5xx) is retried once; then every episode of the group is recorded ``failed`` with the
-  answer or error, and judged again by the next run. Never a silent 0.
+  5xx, 429) is retried once, a 429 or 5xx after the server's ``Retry-After`` (at most 60 s;
+  1 s after a 429 without one); another 4xx is not retried (the same request fails the same).
+  Then every episode of the group is recorded ``failed`` with the answer or error, and judged
+  again by the next run. Never a silent 0.
+- **The call budget** (``max_calls``): a group it leaves unsent is recorded ``skipped``,
+  reason ``max_calls``, and one whose retry it denies ``failed``; both are judged by the next run.
 - The judge's own calls carry the agent name ``tracerl.judge`` and run with
   instrumentation suppressed: if a process with capture on makes them anyway, the pipeline
   excludes them (``judge_call``), so they never become policy transitions.
@@ -32,9 +41,12 @@ import hashlib
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +58,9 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 from tracerl.pipeline.build import analyze
 from tracerl.pipeline.judge_prompt import (
-    DEFAULT_RUBRIC, JudgeAnswerError, judge_messages, parse_scores, prompt_chars, rubric_sha256, transcript,
+    DEFAULT_RUBRIC, JudgeAnswerError, content_sha256, judge_messages, parse_scores, prompt_chars, rubric_sha256, transcript,
 )
-from tracerl.pipeline.judgment_log import FINAL_STATUSES, JudgmentLog
+from tracerl.pipeline.judgment_log import CacheKey, JudgmentLog, endpoint, still_stands
 from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.pipeline.sql_text import sql_str
@@ -57,6 +69,8 @@ from tracerl.schemas import attributes as A
 
 _REWARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # also the name of its files
 Progress = Callable[[str, int | None, int], None]  # (what, total groups or None, groups done)
+RETRY_AFTER_MAX_S = 60.0  # the longest a Retry-After holds a worker; a longer wait is better spent by the next run
+RATE_LIMIT_WAIT_S = 1.0  # before retrying a 429 that names no wait: a rate limit needs time to refill
 
 
 @dataclass(frozen=True)
@@ -88,9 +102,11 @@ class JudgeOptions:
 class JudgeSummary:
     scored: int = 0
     failed: int = 0
+    failed_reasons: dict[str, int] = field(default_factory=dict)  # the error (its start) -> episodes
     skipped: dict[str, int] = field(default_factory=dict)
     already_judged: int = 0
-    left_for_next_run: int = 0  # not sent: --max-calls was reached
+    left_for_next_run: int = 0  # not sent: --max-calls was reached (recorded skipped, reason max_calls)
+    unkeyed: int = 0  # judged again: their lines predate the cache key's judge URL and content hash
     calls: int = 0
     groups: int = 0
     alone: int = 0
@@ -108,8 +124,12 @@ class JudgeSummary:
         if self.skipped.get("too_long"):
             notes.append(f"{self.skipped['too_long']} episode(s) are too long for --max-prompt-chars and were not sent")
         if self.failed:
-            notes.append(f"{self.failed} episode(s) could not be judged (answers and errors in {self.judgments_file}); "
+            errors = "; ".join(f"{n} x {reason}" for reason, n in Counter(self.failed_reasons).most_common(3))
+            notes.append(f"{self.failed} episode(s) could not be judged ({errors}; answers and errors in {self.judgments_file}); "
                          "the next run tries them again")
+        if self.unkeyed:
+            notes.append(f"{self.unkeyed} episode(s) had only judgments written before the cache held the judge's URL and the "
+                         "episode's content: they were judged again, under the full key")
         if self.left_for_next_run:
             notes.append(f"--max-calls {max_calls} reached: {self.left_for_next_run} episode(s) left for the next run")
         return notes
@@ -120,6 +140,10 @@ class _Episode:
     episode_id: str
     task_id: str | None
     turns: list[dict[str, str]]
+
+    @cached_property
+    def content_sha256(self) -> str:
+        return content_sha256(self.turns)
 
 
 def output_folder(spans: str, out: str | Path | None) -> Path:
@@ -231,15 +255,19 @@ class _Judge:
         ``None`` when ``max_calls`` left no call for it."""
         messages = judge_messages(self.options.rubric, [e.turns for e in part])
         attempts: list[dict[str, str]] = []
+        wait, denied = 0.0, False
         for _ in range(2):
             if not self._may_call():
+                denied = True
                 break
+            time.sleep(wait)
             try:
                 answer = self._ask(messages)
             except httpx.HTTPStatusError as exc:
                 attempts.append({"error": str(exc)})
                 if exc.response.status_code < 500 and exc.response.status_code != 429:
                     break  # the request itself is wrong (context too long, unknown model): the same again fails the same
+                wait = _retry_wait(exc.response)
                 continue
             except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
                 attempts.append({"error": f"{type(exc).__name__}: {exc}"})
@@ -253,16 +281,32 @@ class _Judge:
             return {"messages": messages, "attempts": attempts, "scores": scores}
         if not attempts:
             return None
-        return {"messages": messages, "attempts": attempts, "error": attempts[-1]["error"]}
+        error = attempts[-1]["error"]
+        if denied:  # a failure of the budget as much as of the judge: said so, and (as every failure) retried next run
+            error = f"--max-calls {self.options.max_calls} reached before the retry; last error: {error}"
+        return {"messages": messages, "attempts": attempts, "error": error}
 
 
-def _records(part: list[_Episode], result: dict[str, Any], options: JudgeOptions, rubric: str, group: str) -> list[dict[str, Any]]:
+def _retry_wait(response: httpx.Response) -> float:
+    """Seconds before retrying a 429 or 5xx: the server's ``Retry-After`` (seconds or an HTTP date), at most
+    :data:`RETRY_AFTER_MAX_S`; without one, :data:`RATE_LIMIT_WAIT_S` after a 429 and none after a 5xx."""
+    value = response.headers.get("retry-after", "").strip()
+    if value.isdigit():
+        return min(float(value), RETRY_AFTER_MAX_S)
+    try:
+        return min(max(parsedate_to_datetime(value).timestamp() - time.time(), 0.0), RETRY_AFTER_MAX_S)
+    except (TypeError, ValueError, IndexError):
+        return RATE_LIMIT_WAIT_S if response.status_code == 429 else 0.0
+
+
+def _records(part: list[_Episode], result: dict[str, Any], key: CacheKey, group: str) -> list[dict[str, Any]]:
     now = time.time()
-    common = {"judge_model": options.model, "rubric_sha256": rubric, "group": group, "group_size": len(part), "unix": now}
+    common = {**key.fields(), "group": group, "group_size": len(part), "unix": now}
     lines: list[dict[str, Any]] = [{"kind": "group", **common, "episodes": [e.episode_id for e in part],
                                     "prompt": result["messages"], "attempts": result["attempts"]}]
     for i, episode in enumerate(part, 1):
-        line = {"kind": "episode", "episode_id": episode.episode_id, "task_id": episode.task_id, **common, "trajectory_id": i}
+        line = {"kind": "episode", "episode_id": episode.episode_id, "task_id": episode.task_id, **common, "trajectory_id": i,
+                "content_sha256": episode.content_sha256}
         if "scores" in result:
             score = result["scores"][i - 1]
             line |= {"status": "scored", "score": score.value, "explanation": score.explanation, "reason": None}
@@ -272,15 +316,16 @@ def _records(part: list[_Episode], result: dict[str, Any], options: JudgeOptions
     return lines
 
 
-def _skipped(episode: _Episode, options: JudgeOptions, rubric: str, reason: str) -> dict[str, Any]:
-    return {"kind": "episode", "episode_id": episode.episode_id, "task_id": episode.task_id, "judge_model": options.model,
-            "rubric_sha256": rubric, "group": None, "group_size": 1, "trajectory_id": None, "unix": time.time(),
-            "status": "skipped", "score": None, "reason": reason}
+def _skipped(episode: _Episode, key: CacheKey, reason: str, **why: Any) -> dict[str, Any]:
+    """An episode not sent: ``too_long`` (``why`` holds the limit it exceeded) or ``max_calls``."""
+    return {"kind": "episode", "episode_id": episode.episode_id, "task_id": episode.task_id, **key.fields(),
+            "content_sha256": episode.content_sha256, "group": None, "group_size": 1, "trajectory_id": None, "unix": time.time(),
+            "status": "skipped", "score": None, "reason": reason, **why}
 
 
-def write_rewards(log: JudgmentLog, path: Path, options: JudgeOptions, rubric: str) -> int:
+def write_rewards(log: JudgmentLog, path: Path, options: JudgeOptions, key: CacheKey) -> int:
     """``path``: the scored episodes as late rewards with their provenance, replaced atomically; rows written."""
-    scored = [r for r in log.latest(options.model, rubric).values() if r["status"] == "scored"]
+    scored = [r for r in log.latest(key).values() if r["status"] == "scored"]
     table = pa.table({
         "episode_id": pa.array([r["episode_id"] for r in scored], pa.string()),
         "name": pa.array([options.reward_name] * len(scored), pa.string()),
@@ -298,22 +343,24 @@ def write_rewards(log: JudgmentLog, path: Path, options: JudgeOptions, rubric: s
 
 
 def judge(spans: str, options: JudgeOptions, out: str | Path | None = None, progress: Progress | None = None) -> JudgeSummary:
-    """Judge the finished, not yet judged episodes of ``spans``; write judgments and rewards; return the counts."""
+    """Judge the finished episodes of ``spans`` whose judgment does not stand; write judgments and rewards; return the counts."""
     folder = output_folder(str(spans), out)
     log = JudgmentLog(folder / "judgments" / f"{options.reward_name}.jsonl")
     rewards_path = folder / "rewards" / f"{options.reward_name}.parquet"
-    rubric = rubric_sha256(options.rubric)
+    key = CacheKey(options.model, rubric_sha256(options.rubric), endpoint(options.url))
     summary = JudgeSummary(rewards_file=str(rewards_path), judgments_file=str(log.path))
     report = progress or (lambda what, total, done: None)
     report("reading episodes", None, 0)
-    previous = log.latest(options.model, rubric)
+    previous, unkeyed = log.latest(key), log.unkeyed(key)
     todo: dict[str | None, list[_Episode]] = {}
     skipped: list[dict[str, Any]] = []
     for episode in _episodes(str(spans), options):
-        if previous.get(episode.episode_id, {}).get("status") in FINAL_STATUSES:
+        if still_stands(previous.get(episode.episode_id), episode.content_sha256, options.max_prompt_chars):
             summary.already_judged += 1
-        elif prompt_chars(judge_messages(options.rubric, [episode.turns])) > options.max_prompt_chars:
-            skipped.append(_skipped(episode, options, rubric, "too_long"))
+            continue
+        summary.unkeyed += episode.episode_id in unkeyed and episode.episode_id not in previous
+        if prompt_chars(judge_messages(options.rubric, [episode.turns])) > options.max_prompt_chars:
+            skipped.append(_skipped(episode, key, "too_long", max_prompt_chars=options.max_prompt_chars))
         else:
             # episodes without a task have nothing to be compared with: each is its own group
             todo.setdefault(episode.task_id if episode.task_id is not None else f"\0{episode.episode_id}", []).append(episode)
@@ -323,26 +370,35 @@ def judge(spans: str, options: JudgeOptions, out: str | Path | None = None, prog
     parts = [part for group in todo.values() for part in _parts(group, options)]
     summary.groups = len(parts)
     judge_client = _Judge(options)
+
+    def judge_and_record(part: list[_Episode]) -> dict[str, Any] | None:
+        # the worker writes its own outcome before it takes another part: a kill loses at most one part per worker
+        result = judge_client.judge(part)
+        if result is None:
+            log.append([_skipped(e, key, "max_calls") for e in part])
+        else:
+            log.append(_records(part, result, key, hashlib.sha256(",".join(e.episode_id for e in part).encode()).hexdigest()[:16]))
+        return result
+
     report("judging", len(parts), 0)
     with ThreadPoolExecutor(max_workers=options.concurrency) as pool:
-        futures = {pool.submit(judge_client.judge, part): part for part in parts}
+        futures = {pool.submit(judge_and_record, part): part for part in parts}
         for done, future in enumerate(as_completed(futures), 1):
             part = futures[future]
             result = future.result()
             if result is None:
                 summary.left_for_next_run += len(part)
+            elif "scores" in result:
+                summary.scored += len(part)
+                summary.alone += len(part) == 1
+                values = {s.value for s in result["scores"]}
+                summary.tied_groups += len(part) > 1 and len(values) == 1
             else:
-                group = hashlib.sha256(",".join(e.episode_id for e in part).encode()).hexdigest()[:16]
-                log.append(_records(part, result, options, rubric, group))
-                if "scores" in result:
-                    summary.scored += len(part)
-                    summary.alone += len(part) == 1
-                    values = {s.value for s in result["scores"]}
-                    summary.tied_groups += len(part) > 1 and len(values) == 1
-                else:
-                    summary.failed += len(part)
+                summary.failed += len(part)
+                reason = result["error"][:120]
+                summary.failed_reasons[reason] = summary.failed_reasons.get(reason, 0) + len(part)
             report("judging", len(parts), done)
     judge_client.client.close()
     summary.calls = judge_client.calls
-    write_rewards(log, rewards_path, options, rubric)
+    write_rewards(log, rewards_path, options, key)
     return summary

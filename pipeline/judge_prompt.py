@@ -52,6 +52,12 @@ def rubric_sha256(rubric: str) -> str:
     return hashlib.sha256(rubric.encode()).hexdigest()
 
 
+def content_sha256(turns: list[dict[str, str]]) -> str:
+    """An episode's identity in the cache: a hash of the turns the judge is shown, so an episode whose
+    content changed (a span arrived late, a tool's result was added) is judged again."""
+    return hashlib.sha256(json.dumps(turns, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
 def transcript(calls: list[tuple[str | None, str | None]]) -> list[dict[str, str]]:
     """An episode's turns from its calls' (input, output) message JSON, in call order.
 
