@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from tracerl_testing.installed import require
+
 pytestmark = pytest.mark.frameworks
 
 # distribution -> the imports an agent of that framework with tools makes
@@ -37,12 +39,17 @@ TOOL_STACKS = {
 }
 
 
-@pytest.mark.parametrize("distribution", sorted(TOOL_STACKS))
-def test_tool_stack_imports(distribution):
+def installed(distribution: str) -> bool:
     try:
         importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
-        pytest.skip(f"{distribution} is not installed: pip install -e '.[frameworks]'")
+        return False
+    return True
+
+
+@pytest.mark.parametrize("distribution", sorted(TOOL_STACKS))
+def test_tool_stack_imports(distribution):
+    require(installed(distribution), distribution, "pip install -e '.[frameworks]'")
     code = "\n".join(TOOL_STACKS[distribution])
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"{distribution}'s tool stack does not import:\n{done.stderr[-2000:]}"

@@ -18,6 +18,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from tracerl_testing.installed import require_module
 from tracerl_testing.loadgen import encode_batches, flood, make_spans
 from tracerl_testing.tables import read_table
 
@@ -63,7 +64,7 @@ def test_the_collector_process_never_loads_pandas(data_dir):
     """pyarrow imports pandas, when installed, on its first ``pa.array()`` only to ask whether the
     argument is a pandas object: 45 MiB of a collector worker's memory for a library it never uses.
     The collector's own process refuses the import (and still stores every span)."""
-    pytest.importorskip("pandas")  # installed, so pyarrow would load it
+    require_module("pandas", "pip install pandas (datasets, in the [dev] extra, brings it)")  # installed, so pyarrow would load it
     proc = subprocess.Popen(
         [sys.executable, "-m", "tracerl", "collector", "serve", "--out", str(data_dir), "--http-port", "0",
          "--grpc-port", "-1", "--log-level", "warning"],

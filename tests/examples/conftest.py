@@ -45,8 +45,10 @@ def run_example_notebook() -> Callable[[str], tuple[list[dict], str]]:
 
     It runs from the repository root, as a user opens it (``examples`` importable, ``python -m
     examples.NAME.agent`` starts), with the session's cache folder."""
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
+    from tracerl_testing.installed import require_module
+
+    nbformat = require_module("nbformat", "pip install -e '.[dev]'")
+    nbclient = require_module("nbclient", "pip install -e '.[dev]'")
 
     def run(example: str) -> tuple[list[dict], str]:
         notebook = nbformat.read(REPO / "examples" / example / "notebook.ipynb", as_version=4)

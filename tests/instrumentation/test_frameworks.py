@@ -8,7 +8,11 @@ import time
 
 import pytest
 
+from tracerl_testing.installed import require_module
+
 pytestmark = [pytest.mark.frameworks, pytest.mark.slow]
+
+FRAMEWORKS_HOW = "pip install -e '.[frameworks]'"
 
 MODEL_INFO = '{"vision": False, "function_calling": True, "json_output": False, "family": "unknown", "structured_output": False}'
 
@@ -41,7 +45,7 @@ def run_ok(captured, source: str, *options: str) -> str:
 
 
 def test_langgraph_nodes_name_the_calls_made_with_langchain(captured, server):
-    pytest.importorskip("langgraph")
+    require_module("langgraph", FRAMEWORKS_HOW)
     out = run_ok(
         captured,
         """
@@ -87,7 +91,7 @@ def test_langgraph_nodes_name_the_calls_made_with_langchain(captured, server):
 
 
 def test_openai_agents_sdk_agent_names_and_no_upload_to_openai(captured, server):
-    pytest.importorskip("agents")
+    require_module("agents", FRAMEWORKS_HOW)
     out = run_ok(
         captured,
         """
@@ -144,14 +148,14 @@ AGENTS_SDK_HELLO_WORLD = """
 
 
 def test_an_unchanged_agents_sdk_example_is_captured_when_capture_switches_it_to_chat_completions(captured, server):
-    pytest.importorskip("agents")
+    require_module("agents", FRAMEWORKS_HOW)
     done = captured.tracerl_run(AGENTS_SDK_HELLO_WORLD, "--episode-id", "ep-hello", TRACERL_OPENAI_AGENTS_API="chat_completions")
     assert done.returncode == 0, done.stderr[-3000:]
     check_calls(captured, server, ["Assistant"], "ep-hello")
 
 
 def test_an_agents_sdk_example_on_the_responses_api_is_named_as_not_captured_with_the_switch_to_set(captured, server):
-    pytest.importorskip("agents")
+    require_module("agents", FRAMEWORKS_HOW)
     done = captured.tracerl_run(AGENTS_SDK_HELLO_WORLD, "--episode-id", "ep-hello")
     assert captured.llm_calls() == [] and not server.calls
     assert "OpenAI Responses API (POST .../responses) are not captured" in done.stderr
@@ -160,7 +164,7 @@ def test_an_agents_sdk_example_on_the_responses_api_is_named_as_not_captured_wit
 
 @pytest.mark.parametrize("switch_off", ["set_tracing_disabled(True)", "os.environ['OPENAI_AGENTS_DISABLE_TRACING'] = '1'"])
 def test_agents_sdk_tracing_switched_off_keeps_agent_names_and_tool_spans(captured, server, switch_off):
-    pytest.importorskip("agents")
+    require_module("agents", FRAMEWORKS_HOW)
     done = captured.tracerl_run(
         f"""
         import asyncio, os
@@ -188,7 +192,7 @@ def test_agents_sdk_tracing_switched_off_keeps_agent_names_and_tool_spans(captur
 
 
 def test_autogen_agent_names_from_autogen_core_spans(captured, server):
-    pytest.importorskip("autogen_agentchat")
+    require_module("autogen_agentchat", FRAMEWORKS_HOW)
     out = run_ok(
         captured,
         f"""
@@ -220,7 +224,7 @@ def test_autogen_agent_names_from_autogen_core_spans(captured, server):
 
 
 def test_agentops_spans_reach_a_tracerl_collector_with_exact_tokens(captured, server, collector, tmp_path, parquet_spans):
-    pytest.importorskip("agentops")
+    require_module("agentops", FRAMEWORKS_HOW)
     source = """
         import os, agentops, openai
         agentops.init(auto_start_session=True)  # no API key: nothing goes to agentops.ai
@@ -295,7 +299,7 @@ SQL_AGENT = """
 
 
 def test_langgraph_tool_runs_are_execute_tool_spans_and_the_sql_and_tool_error_rules_fire(captured, server):
-    pytest.importorskip("langgraph")
+    require_module("langgraph", FRAMEWORKS_HOW)
     import json
 
     from tracerl.schemas import attributes as A

@@ -10,13 +10,14 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 from tracerl.schemas import attributes as A
 from tracerl.schemas.tokens import decode
+from tracerl_testing.installed import require_module
 
 MESSAGES = [{"role": "user", "content": "Add 2 and 3."}]
 
 
 @pytest.fixture(scope="module")
 def policy():
-    server = pytest.importorskip("tracerl.trainer.serving.app")
+    server = require_module("tracerl.trainer.serving.app", "pip install torch==2.13.0 && pip install -e '.[train]'")
     with server.running_server() as running:
         yield running
 

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+from tracerl_testing.installed import require_module
+
+nbformat = require_module("nbformat", "pip install -e '.[dev]'")
+nbclient = require_module("nbclient", "pip install -e '.[dev]'")
 
 NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("sql_analysis*.ipynb"))
 

@@ -8,6 +8,9 @@ the OpenAI SDK, the OTel SDK with its OTLP/HTTP exporter and that instrumentatio
 ``tracerl serve`` and exports to ``tracerl collector serve``. Every call becomes an LLM call
 with its messages; without token ids (none of them records the ids the server sampled) the
 calls stay out of training, counted by reason.
+
+The venvs are ``.venv-otel-<name>``, pinned in ``testing/otel_venvs/<name>.txt`` and built by
+``.ci/run`` (``otel_venvs``) with its other installs, not during the test.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import httpx
 import pytest
@@ -29,18 +33,11 @@ from tracerl.pipeline.writer import call_messages
 from tracerl.schemas import attributes as A
 from tracerl.trainer.serving.app import running_server
 from tracerl.trainer.tiny_model import ensure_tiny_model
-from tracerl_testing.installs import install_venv
+from tracerl_testing.installed import require
 
-pytestmark = pytest.mark.slow  # a venv per instrumentation, from PyPI
+pytestmark = pytest.mark.slow  # an agent per instrumentation, and a dataset built twice from its spans
 
-OTEL = ("openai", "opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http")
-INSTRUMENTATIONS = {
-    # util-genai 1.3b0 removed a module that openai-v2 2.4b0 imports; 1.1b0 is the last that works with it
-    # (and httpx, which it imports and openai 3 no longer brings)
-    "openai-v2": ("opentelemetry-instrumentation-openai-v2==2.4b0", "opentelemetry-util-genai==1.1b0", "httpx"),
-    "openllmetry": ("opentelemetry-instrumentation-openai==0.62.4",),
-    "openinference": ("openinference-instrumentation-openai==0.1.66",),
-}
+REPO = Path(__file__).resolve().parents[2]
 
 AGENT = """
 import os, sys, openai
@@ -93,16 +90,16 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def agent_venvs(tmp_path_factory):
-    made: dict[str, object] = {}
-
-    def venv(which: str):
-        if which not in made:
-            made[which] = install_venv(tmp_path_factory.mktemp(which) / "venv", *OTEL, *INSTRUMENTATIONS[which])
-        return made[which]
-
-    return venv
+def agent_python(which: str) -> Path:
+    """The python of ``.venv-otel-<which>``, built from today's pins (the copy of them it holds says so);
+    missing or built from other pins, the test skips (under CI, fails) saying how to build it."""
+    venv, pins = f".venv-otel-{which}", f"testing/otel_venvs/{which}.txt"
+    built = REPO / venv / "requirements.txt"
+    current = (REPO / venv / "bin" / "python").is_file() and built.is_file() and built.read_text() == (REPO / pins).read_text()
+    require(current, f"{venv} as {pins} pins it",
+            f"rm -rf {venv} && python3 -m venv {venv} && {venv}/bin/pip install -r {pins} && cp {pins} {venv}/requirements.txt"
+            " (.ci/run's otel_venvs, from the repository root)")
+    return REPO / venv / "bin" / "python"
 
 
 @pytest.fixture(scope="module")
@@ -113,9 +110,9 @@ def policy_server():
 
 @pytest.mark.parametrize(("which", "env", "layout"), CASES, ids=[f"{c[0]}-{c[2]}" for c in CASES])
 def test_every_call_arrives_with_its_messages_and_trains_only_when_retokenized(
-    which, env, layout, agent_venvs, policy_server, start_collector, data_dir, tmp_path
+    which, env, layout, policy_server, start_collector, data_dir, tmp_path
 ):
-    python = agent_venvs(which)
+    python = agent_python(which)
     model = httpx.get(f"{policy_server.base_url}/models").json()["data"][0]["id"]
     collector = start_collector(flush_interval_s=0.2, grpc=False)
     run_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACERL_", "TRACELOOP_"))}

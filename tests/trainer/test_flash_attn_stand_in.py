@@ -10,15 +10,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
 from tracerl.trainer.flash_attn_stand_in import FLASH_ATTN_KERNELS, STAND_IN_MARK
+from tracerl_testing.installed import OPENRLHF_HOW, require
 
-# importing tracerl.trainer (above) installed the stand-in if, and only if, this machine needs it
-pytestmark = pytest.mark.skipif(
-    not getattr(sys.modules.get(FLASH_ATTN_KERNELS), STAND_IN_MARK, False),
-    reason="flash-attn is not installed here, or with its kernels",
-)
+# importing tracerl.trainer (above) installed the stand-in if, and only if, this machine needs it: flash-attn
+# without its kernels, as .ci/run installs it (where the kernels are built, there is nothing to stand in)
+require(getattr(sys.modules.get(FLASH_ATTN_KERNELS), STAND_IN_MARK, False), "flash-attn without its CUDA kernels", OPENRLHF_HOW)
 
 PROBE = f"""
 import sys, tracerl.trainer, tracerl.trainer.flash_attn_stand_in as stand_in

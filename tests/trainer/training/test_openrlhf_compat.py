@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tracerl.trainer.training.openrlhf_compat import CPU_DTYPE, cuda_available, import_openrlhf
+from tracerl.trainer.training.openrlhf_compat import CPU_DTYPE, import_openrlhf
 from tracerl.trainer.training.device import launch_environment
-from tracerl_testing.installed import require_openrlhf
+from tracerl_testing.installed import require_cuda, require_openrlhf
 
 require_openrlhf()
 
-pytestmark = pytest.mark.skipif(cuda_available(), reason="these are the CPU fixes; a CUDA machine runs OpenRLHF unpatched")
+require_cuda(present=False, why="these are the CPU fixes; a CUDA machine runs OpenRLHF unpatched")
 
 
 def test_openrlhf_models_import_with_the_flash_attn_kernels_missing():

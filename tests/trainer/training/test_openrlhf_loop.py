@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import httpx
 import pytest
-import torch
 
 from tracerl.trainer.publish import BuiltinServer, publish
 from tracerl.trainer.serving.app import running_server
@@ -19,7 +18,7 @@ from tracerl.trainer.training.checkpoint import read_checkpoint_manifest
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import Sample
 from tracerl.trainer.training.openrlhf_backend import OpenRLHFTrainer
-from tracerl_testing.installed import require_openrlhf
+from tracerl_testing.installed import require_cuda, require_openrlhf
 
 require_openrlhf()
 
@@ -46,11 +45,9 @@ def sample_round(base_url: str, seed: int) -> tuple[list[Sample], float]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "gpu", [pytest.param(False, marks=pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the trainer takes the GPU: the True case runs")),
-            pytest.param(True, marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")])]
-)
+@pytest.mark.parametrize("gpu", [False, pytest.param(True, marks=pytest.mark.gpu)])
 def test_two_rounds_sample_train_publish(tiny_checkpoint, tmp_path, gpu):
+    require_cuda(gpu, "the trainer on the GPU" if gpu else "with CUDA the trainer takes the GPU: the True case runs")
     config = TrainConfig(learning_rate=1e-2, epochs=2, minibatch_size=4, dtype="fp32", attn_implementation="sdpa")
     with running_server(tiny_checkpoint) as server:
         trainer = OpenRLHFTrainer(tiny_checkpoint, config)
