@@ -30,7 +30,7 @@ COMPACT = """
 import json, sys, time
 from tracerl.collector.compaction import CompactionSettings, compact
 started = time.perf_counter()
-results = compact(sys.argv[1], CompactionSettings(settle_s=0, grace_s=0))
+results = compact(sys.argv[1], CompactionSettings(target_bytes=int(sys.argv[2]) << 20, settle_s=0, grace_s=0))
 print(json.dumps({"seconds": time.perf_counter() - started, "files_in": sum(r.files_in for r in results),
                   "files_out": sum(r.files_out for r in results)}))
 """
@@ -79,6 +79,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=100_000, help="10 spans each")
     parser.add_argument("--work", type=Path, default=Path("/tmp/tracerl-compaction"))
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--target-mb", type=int, default=32, help="collector compact --target-mb")
     args = parser.parse_args()
 
     small = five_second_files(args.episodes, args.work / f"small-{args.episodes}")
@@ -86,13 +87,14 @@ def main() -> None:
     shutil.rmtree(compacted, ignore_errors=True)
     shutil.copytree(small, compacted)
     files_before = file_count(small)
-    pass_run = run_child([sys.executable, "-c", COMPACT, str(compacted)])
+    pass_run = run_child([sys.executable, "-c", COMPACT, str(compacted), str(args.target_mb)])
     before = best_build(small, args.work / "out", args.repeat)
     after = best_build(compacted, args.work / "out", args.repeat)
     assert before.result["transitions"] == after.result["transitions"], "compaction changed what a build reads"
 
     spans = span_count(compacted)
-    print(f"\n{spans:,} spans, {HOURS} hours of 5-second files; builds on {CPUS} CPUs, best of {args.repeat}")
+    print(f"\n{spans:,} spans, {HOURS} hours of 5-second files, compacted to {args.target_mb} MiB files; "
+          f"builds on {CPUS} CPUs, best of {args.repeat}")
     print(f"{'':<22}{'files':>8}{'build s':>10}{'peak MiB':>10}{'transitions':>13}")
     for label, files, run in (("5-second files", files_before, before), ("compacted", file_count(compacted), after)):
         print(f"{label:<22}{files:>8}{run.result['seconds']:>10.2f}{run.peak_mib:>10.0f}{run.result['transitions']:>13,}")

@@ -70,7 +70,7 @@ class CompactionBusy(RuntimeError):
 
 @dataclass(frozen=True)
 class CompactionSettings:
-    target_bytes: int = 128 * MiB
+    target_bytes: int = 32 * MiB  # see collector/README.md, Compaction: larger files cost the build memory
     settle_s: float = 15 * 60  # after its hour ends, a partition is closed
     grace_s: float = 15 * 60  # after a commit, readers that listed before may still read the inputs
 
