@@ -35,7 +35,7 @@ from langgraph.graph import END, START, StateGraph
 
 import tracerl
 from examples.sql.task import (
-    VERDICTS, Task, checker_messages, clean_query, execute, result_text, reward, rewriter_messages, schema_text,
+    MAX_EXAMPLES, VERDICTS, Task, checker_messages, clean_query, execute, result_text, reward, rewriter_messages, schema_text,
     writer_messages,
 )
 from tracerl.orchestration.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME, agent_model
@@ -67,7 +67,8 @@ def _llm(config: RunnableConfig, node: str) -> ChatOpenAI:
 
 
 def writer(state: State, config: RunnableConfig) -> State:
-    answer = _llm(config, "writer").invoke(writer_messages(state["question"], state["schema"]))
+    examples = config["configurable"]["examples"]
+    answer = _llm(config, "writer").invoke(writer_messages(state["question"], state["schema"], examples))
     return {"query": clean_query(answer.content), "rewrites": 0}
 
 
@@ -103,10 +104,11 @@ def build_graph(max_rewrites: int):
     return graph.compile()
 
 
-def run_episode(graph, task: Task, llms: dict[str, ChatOpenAI], verdict_tokens: int) -> float:
+def run_episode(graph, task: Task, llms: dict[str, ChatOpenAI], verdict_tokens: int, examples: int = 0) -> float:
     with tracerl.episode(task_id=task.task_id, split=task.split):
         state = {"question": task.question, "db_path": task.db_path, "schema": schema_text(task.db_path)}
-        final = graph.invoke(state, {"configurable": {"llms": llms, "verdict_tokens": verdict_tokens}})
+        configurable = {"llms": llms, "verdict_tokens": verdict_tokens, "examples": examples}
+        final = graph.invoke(state, {"configurable": configurable})
         value = reward(task, final["query"])
         tracerl.emit_reward(value, name="execution_match")
         return value
@@ -119,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-rewrites", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=int(os.environ.get(AGENT_MAX_TOKENS_ENV, "64")), help="per query the writer or rewriter writes")
     parser.add_argument("--verdict-tokens", type=int, default=2, help="per checker verdict")
+    parser.add_argument("--examples", type=int, default=2, choices=range(MAX_EXAMPLES + 1),
+                        help="worked examples before the question (a pretrained model writes no SQL without them; "
+                             "examples/sql/README.md)")
     parser.add_argument("--concurrency", type=int, default=int(os.environ.get(AGENT_CONCURRENCY_ENV, "16")))
     args = parser.parse_args(argv)
 
@@ -133,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             node: ChatOpenAI(model=agent_model(node, args.model), **sampling, max_tokens=args.max_tokens, max_retries=2, timeout=300)
             for node in NODES
         }
-        return run_episode(graph, Task(**line), llms, args.verdict_tokens)
+        return run_episode(graph, Task(**line), llms, args.verdict_tokens, args.examples)
 
     with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
         rewards = list(pool.map(run, lines))

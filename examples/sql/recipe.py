@@ -130,6 +130,7 @@ RECIPE = AgentRecipe(
     name="sql",
     title="SQL agent (LangGraph writer/checker/rewriter), tiny model",
     agent_argv=(sys.executable, "-m", "examples.sql.agent"),
+    tiny_agent_args=("--examples", "0"),  # the tiny model learns the format from its warm start
     tasks=tasks,
     warm_start=warm_start,
     format_replay=kept_format,

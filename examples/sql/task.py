@@ -314,8 +314,34 @@ REWRITER_SYSTEM = "The query was judged wrong. Write a better SQLite query. Tabl
 VERDICTS = ("yes", "no")  # the checker's answer to "is it right?"; "no" sends the query to the rewriter
 
 
-def writer_messages(question: str, schema: str) -> list[dict]:
-    return [{"role": "system", "content": WRITER_SYSTEM.format(schema=schema)}, {"role": "user", "content": question}]
+EXAMPLE_NAMES = ("Alex", "Sam", "Tess", "Uma")  # in no database: an example's query is shown, never run
+MAX_EXAMPLES = len(EXAMPLE_NAMES)
+
+
+def worked_examples(schema: str, n: int) -> list[tuple[str, str]]:
+    """``n`` (question, query) pairs on the task's own tables, asked with the schema's own words.
+
+    What a user of a small model puts before the question: queries of the form the task wants,
+    on their schema. The tasks' questions use other words (*pay* for ``salary``, *tutor* for
+    ``teacher``): which column and table a word means is left for RL to teach.
+    """
+    tables = [(name, [c.strip() for c in columns.split(",") if c.strip() != "name"])
+              for name, columns in re.findall(r"(\w+)\(([^)]*)\)", schema)]
+    pairs = []
+    for i in range(n):
+        table, columns = tables[i % len(tables)]
+        column = columns[(i // len(tables)) % len(columns)]
+        name = EXAMPLE_NAMES[i]
+        pairs.append((f"What is the {column} of the {table} named {name}?", f"SELECT {column} FROM {table} WHERE name = '{name}'"))
+    return pairs
+
+
+def writer_messages(question: str, schema: str, examples: int = 0) -> list[dict]:
+    """The writer's messages; with ``examples``, that many :func:`worked_examples` as earlier turns."""
+    messages = [{"role": "system", "content": WRITER_SYSTEM.format(schema=schema)}]
+    for asked, query in worked_examples(schema, examples):
+        messages += [{"role": "user", "content": asked}, {"role": "assistant", "content": query}]
+    return messages + [{"role": "user", "content": question}]
 
 
 def checker_messages(question: str, schema: str, query: str, result: str) -> list[dict]:
