@@ -63,20 +63,35 @@ def commit() -> str:
     return head + ("+dirty" if dirty else "")
 
 
-def tool_use(run_dir: Path, rounds: int) -> list[dict]:
-    """Per round, held-out episodes that called a tool, and those rewarded (from the round's spans)."""
+def held_out_skill(recipe, run_dir: Path, rounds: int) -> list[dict]:
+    """Per round, held-out episodes that show the recipe's skill (``AgentRecipe.held_out_skill``; without
+    one: that called a tool), from the round's spans."""
     import duckdb
 
     counts = []
     for rnd in range(rounds):
-        spans = run_dir / "rounds" / f"{rnd:03d}" / "data" / "spans" / "**" / "*.parquet"
-        (episodes, called, rewarded), = duckdb.sql(f"""
-            SELECT count(DISTINCT episode_id), count(DISTINCT episode_id) FILTER (name LIKE 'execute_tool %'),
-                   count(DISTINCT episode_id) FILTER (name = 'tracerl.reward' AND reward_value > 0)
-            FROM read_parquet('{spans}', union_by_name = true) WHERE split = 'test'
+        spans = run_dir / "rounds" / f"{rnd:03d}" / "data" / "spans"
+        if recipe.held_out_skill is not None:
+            count = recipe.held_out_skill(spans)
+            counts.append({"what": count.what, "shown": count.shown, "episodes": count.episodes})
+            continue
+        (episodes, called), = duckdb.sql(f"""
+            SELECT count(DISTINCT episode_id), count(DISTINCT episode_id) FILTER (name LIKE 'execute_tool %')
+            FROM read_parquet('{spans}/**/*.parquet', union_by_name = true) WHERE split = 'test'
         """).fetchall()
-        counts.append({"episodes": episodes, "called_tool": called, "rewarded": rewarded})
+        counts.append({"what": "called a tool", "shown": called, "episodes": episodes})
     return counts
+
+
+def _skill_cell(run: dict) -> str:
+    """``first->last/episodes`` of a run's held-out skill counts (runs committed before them: their tool calls)."""
+    if run.get("held_out_skill"):
+        first, last = run["held_out_skill"][0], run["held_out_skill"][-1]
+        return f"{first['shown']}->{last['shown']}/{first['episodes']}"
+    if run.get("held_out_tool_use"):
+        first, last = run["held_out_tool_use"][0], run["held_out_tool_use"][-1]
+        return f"{first['called_tool']}->{last['called_tool']}/{first['episodes']}"
+    return ""
 
 
 def committed_results(path: Path) -> list[dict]:
@@ -93,17 +108,21 @@ def committed_results(path: Path) -> list[dict]:
     return runs
 
 
+def _skill_what(results: list[dict]) -> str:
+    counted = next((r["held_out_skill"][0]["what"] for r in results if r.get("held_out_skill")), None)
+    return counted or "called a tool"
+
+
 def summary(results: list[dict], variants: list[Variant]) -> str:
     """The per-round table, the rise table and the verdict against the bar, as printed."""
     lines = ["", "held-out reward per round, mean ± std over seeds:", "", per_round_table(results, variants), "",
-             "| variant | round 0 (no RL) | last round | rise | seeds rising | held-out calls to a tool, round 0 -> last | seconds per run (max) |",
+             f"| variant | round 0 (no RL) | last round | rise | seeds rising | held-out episodes that {_skill_what(results)}, round 0 -> last | seconds per run (max) |",
              "|---|---|---|---|---|---|---|"]
     rises = {}
     for v in variants:
         runs = [r for r in results if r["variant"] == v.name]
         rises[v.name] = [r["held_out"][-1] - r["held_out"][0] for r in runs]
-        calls = [f"{r['held_out_tool_use'][0]['called_tool']}->{r['held_out_tool_use'][-1]['called_tool']}/{r['held_out_tool_use'][0]['episodes']}"
-                 for r in runs if r.get("held_out_tool_use")]
+        calls = [cell for cell in map(_skill_cell, runs) if cell]
         lines.append(f"| {v.name} | {mean_spread([r['held_out'][0] for r in runs])} | {mean_spread([r['held_out'][-1] for r in runs])} "
                      f"| {statistics.fmean(rises[v.name]):+.2f} | {sum(x > 0 for x in rises[v.name])}/{len(runs)} | {', '.join(calls) or '-'} "
                      f"| {max(r['seconds'] for r in runs):.0f} |")
@@ -149,7 +168,7 @@ def main() -> None:
     started = time.time()
     results = run_all(args.recipe, variants, args.seeds, out, args.rounds, args.parallel, setup)
     for result in results:
-        result["held_out_tool_use"] = tool_use(out / f"{result['variant']}-seed{result['seed']}", len(result["held_out"]))
+        result["held_out_skill"] = held_out_skill(recipe, out / f"{result['variant']}-seed{result['seed']}", len(result["held_out"]))
     raw = {"recipe": args.recipe, "setup": {"name": args.setup, **setup.changes, "train": setup.train_changes}, "commit": commit(),
            "command": "python benchmarks/learning.py " + " ".join(__import__("sys").argv[1:]), "runs": results}
     results_path = args.results or out / "raw.json"

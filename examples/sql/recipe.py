@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 from dataclasses import dataclass
@@ -9,7 +10,8 @@ from pathlib import Path
 
 from examples.sql import task as sql
 from tracerl.orchestration.loop.config import LoopConfig
-from tracerl.orchestration.loop.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
+from tracerl.orchestration.loop.recipe import AgentRecipe, FormatExample, SkillCount, Task, WarmStartStage
+from tracerl.schemas import attributes as A
 
 
 def tasks(seed: int, data: Path | None) -> tuple[list[Task], list[Task]]:
@@ -126,6 +128,24 @@ def tokenizer_corpus() -> tuple[str, ...]:
     return tuple(corpus)
 
 
+def held_out_skill(spans: Path) -> SkillCount:
+    """Held-out episodes whose writer named a table of the schema and a column of that table (:func:`sql.schema_linked`)."""
+    import duckdb
+
+    rows = duckdb.sql(f"""
+        SELECT arg_min(attributes, start_time_unix_nano) FROM read_parquet('{spans}/**/*.parquet', union_by_name = true)
+        WHERE split = 'test' AND agent_name = 'writer' AND name LIKE 'chat %' GROUP BY episode_id
+    """).fetchall()
+    shown = 0
+    for (attributes,) in rows:
+        values = json.loads(attributes)
+        system = json.loads(values[A.GEN_AI_INPUT_MESSAGES])[0]["parts"][0]["content"]
+        answer = json.loads(values.get(A.GEN_AI_OUTPUT_MESSAGES) or "[]")
+        query = sql.clean_query(answer[0]["parts"][0].get("content") or "") if answer else ""
+        shown += sql.schema_linked(query, system.partition("Tables: ")[2])
+    return SkillCount("the writer's first query selects a column of the schema from its table", shown, len(rows))
+
+
 RECIPE = AgentRecipe(
     name="sql",
     title="SQL agent (LangGraph writer/checker/rewriter), tiny model",
@@ -135,6 +155,7 @@ RECIPE = AgentRecipe(
     warm_start=warm_start,
     format_replay=kept_format,
     tokenizer_corpus=tokenizer_corpus(),
+    held_out_skill=held_out_skill,
     version=3,
     defaults=LoopConfig(
         out=Path("runs/sql"), rounds=16, tasks_per_round=32, group_size=8, eval_tasks=100, agents="writer,rewriter",

@@ -325,8 +325,7 @@ def worked_examples(schema: str, n: int) -> list[tuple[str, str]]:
     on their schema. The tasks' questions use other words (*pay* for ``salary``, *tutor* for
     ``teacher``): which column and table a word means is left for RL to teach.
     """
-    tables = [(name, [c.strip() for c in columns.split(",") if c.strip() != "name"])
-              for name, columns in re.findall(r"(\w+)\(([^)]*)\)", schema)]
+    tables = [(name, [c for c in columns if c != "name"]) for name, columns in tables_of(schema).items()]
     pairs = []
     for i in range(n):
         table, columns = tables[i % len(tables)]
@@ -334,6 +333,21 @@ def worked_examples(schema: str, n: int) -> list[tuple[str, str]]:
         name = EXAMPLE_NAMES[i]
         pairs.append((f"What is the {column} of the {table} named {name}?", f"SELECT {column} FROM {table} WHERE name = '{name}'"))
     return pairs
+
+
+def tables_of(schema: str) -> dict[str, list[str]]:
+    """The tables and columns of a schema as prompts show it (:func:`schema_text`)."""
+    return {name: [c.strip() for c in columns.split(",")] for name, columns in re.findall(r"(\w+)\(([^)]*)\)", schema)}
+
+
+def schema_linked(query: str, schema: str) -> bool:
+    """Does ``SELECT col FROM table ...`` name a table of the schema and a column of that table?
+
+    The skill the tasks teach, apart from the rest of the query: the question's words mapped to
+    the schema's names (*pay of the tutor* -> ``salary``, ``teacher``)."""
+    match = re.match(r"\s*SELECT\s+(\w+)\s+FROM\s+(\w+)\b", query, re.IGNORECASE)
+    tables = {name.lower(): [c.lower() for c in columns] for name, columns in tables_of(schema).items()}
+    return bool(match) and match.group(1).lower() in tables.get(match.group(2).lower(), [])
 
 
 def writer_messages(question: str, schema: str, examples: int = 0) -> list[dict]:

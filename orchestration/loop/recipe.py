@@ -69,6 +69,15 @@ class WarmStartStage:
 
 
 @dataclass(frozen=True)
+class SkillCount:
+    """How many held-out episodes of a round show the skill a recipe teaches."""
+
+    what: str  # e.g. "the writer's query names a table and a column of the schema"
+    shown: int
+    episodes: int
+
+
+@dataclass(frozen=True)
 class AgentRecipe:
     name: str  # folder names, the cache key of the starting policy, OTEL_SERVICE_NAME
     title: str  # the reward curve's title
@@ -86,5 +95,8 @@ class AgentRecipe:
     # examples in the prompt, since the tiny model learns its format from the warm start instead
     tiny_agent_args: tuple[str, ...] = ()
     sends_tools: bool = False  # the agent sends `tools`: a --model's chat template must render them (checked before round 0)
+    # (a round's spans folder) -> what the skill is in words, and of the held-out episodes how many show it, out of
+    # how many (benchmarks/learning.py prints it beside the reward). None: held-out episodes that called a tool
+    held_out_skill: Callable[[Path], SkillCount] | None = None
     version: int = 1  # bump when the tasks or the warm start change, so cached starting policies are rebuilt
     defaults: LoopConfig = field(default_factory=LoopConfig)
