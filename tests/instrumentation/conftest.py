@@ -127,7 +127,7 @@ class Captured:
 
         from tracerl.pipeline import build_dataset
         from tracerl.schemas import REWARDS_SCHEMA
-        from tracerl.storage import write_parquet_atomic
+        from tracerl.core.storage import write_parquet_atomic
 
         grade = {"episode_id": episode_id, "name": "grade", "value": reward, "time_unix_nano": time.time_ns()}
         write_parquet_atomic(pa.Table.from_pylist([grade], schema=REWARDS_SCHEMA), self.data_dir / "rewards", prefix="rewards")
