@@ -29,7 +29,7 @@ from tracerl.pipeline.writer import WriteTally, dataset_tables
 from tracerl.schemas import DATASET_SCHEMA
 from tracerl_testing.span_builders import episode_span, llm_call, reward_span, tool_span, write_spans
 
-README = Path(__file__).parents[2] / "pipeline" / "README.md"
+README = Path(__file__).parents[2] / "src" / "tracerl" / "pipeline" / "README.md"
 
 
 def _relations(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
