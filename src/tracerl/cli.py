@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import typer
 
 from tracerl import __version__
+from tracerl.core.commands import command_group
 from tracerl.core.extras import missing_message, missing_modules
 
 
@@ -78,11 +79,10 @@ def _unavailable(app: typer.Typer, name: str, message: str) -> None:
 def build_app(command: str | None = None) -> typer.Typer:
     """The ``tracerl`` app; with ``command`` (the one about to run), only the part that has it,
     unless no part has it (``version``, a typo): then every part, so that errors list them all."""
-    app = typer.Typer(
+    app = command_group(
         name="tracerl",
         help="Train any LLM agent with reinforcement learning from its OpenTelemetry traces.",
         no_args_is_help=True,
-        add_completion=False,
     )
     for part in [p for p in PARTS if command in p.commands] or PARTS:
         missing = missing_modules(part.extra) if part.extra else []

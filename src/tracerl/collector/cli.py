@@ -18,8 +18,9 @@ from tracerl.collector.compaction import (
 )
 from tracerl.collector.compaction import compact as compact_pass
 from tracerl.collector.service import MiB, CollectorConfig, replay_unused_wals
+from tracerl.core.commands import command_group
 
-app = typer.Typer(no_args_is_help=True, add_completion=False)
+app = command_group(no_args_is_help=True)
 
 
 @app.command()

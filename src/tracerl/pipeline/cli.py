@@ -11,11 +11,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from tracerl.core.commands import command_group
 from tracerl.pipeline.dataset_folder import MANIFEST
 from tracerl.pipeline.options import ADVANTAGES, CREDITS, EXPORTS, BuildOptions
 from tracerl.pipeline.source import PipelineInputError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Spans -> episodes -> training transitions.")
+app = command_group(no_args_is_help=True, help="Spans -> episodes -> training transitions.")
 
 
 @app.callback()

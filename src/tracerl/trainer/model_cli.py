@@ -8,10 +8,11 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from tracerl.core.commands import command_group
 from tracerl.trainer.from_gguf import CHAT_TEMPLATES, DEFAULT_SOURCE
 
 console = Console(stderr=True)
-app = typer.Typer(help="Policy folders from the models users hold: `tracerl model from-gguf FILE`.", no_args_is_help=True)
+app = command_group(help="Policy folders from the models users hold: `tracerl model from-gguf FILE`.", no_args_is_help=True)
 
 
 @app.command("from-gguf")

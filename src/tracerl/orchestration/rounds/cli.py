@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 import typer
 
+from tracerl.core.commands import command_group
 from tracerl.trainer.publish import BuiltinServer
 from tracerl.orchestration.rounds.config import Endpoint, RoundConfig, RoundConfigError, load_config
 from tracerl.trainer.training.options import pop_training_overrides, training_parameters
@@ -176,7 +177,7 @@ run.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
 ])
 
 
-policy_app = typer.Typer(no_args_is_help=True, add_completion=False, help="The policy registry: versions, their data, where they are served.")
+policy_app = command_group(no_args_is_help=True, help="The policy registry: versions, their data, where they are served.")
 
 
 _POLICY = typer.Option(None, "--policy", help="Which policy, where the folder holds several (a subfolder each).")

@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from tracerl.core.commands import command_group
 from tracerl.trainer.publish import TARGET_KINDS, BuiltinServer
 from tracerl.trainer.training.config import BACKENDS, OpenRLHFOptions, TrainConfig
 from tracerl.trainer.training.options import TrainingOverrides, with_training_options
@@ -92,7 +93,7 @@ def train(
 
 def register(app: typer.Typer) -> typer.Typer:
     """Add ``tracerl train`` to ``app``; return it, a group to which the scheduled rounds add ``run`` and ``loop``."""
-    group = typer.Typer(invoke_without_command=True, add_completion=False)
+    group = command_group(invoke_without_command=True)
     group.callback()(with_training_options(train))
     app.add_typer(group, name="train")
     return group
