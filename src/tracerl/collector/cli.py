@@ -19,6 +19,7 @@ from tracerl.collector.compaction import (
 from tracerl.collector.compaction import compact as compact_pass
 from tracerl.collector.service import MiB, CollectorConfig, replay_unused_wals
 from tracerl.core.commands import command_group
+from tracerl.schemas import environment as E
 
 app = command_group(no_args_is_help=True)
 
@@ -31,7 +32,7 @@ def serve(
     grpc_port: int = typer.Option(4317, help="OTLP/gRPC port (0: any free port, -1: no gRPC)."),
     wal_dir: Optional[Path] = typer.Option(None, help="Write-ahead log folder (default OUT/.collector-wal; required for object-store OUT). One per collector."),
     instance_id: Optional[str] = typer.Option(None, help="Name in Parquet file names, unique per collector (default: made once, kept in the WAL folder)."),
-    auth_token: Optional[str] = typer.Option(None, envvar="TRACERL_COLLECTOR_TOKEN", help="Require 'Authorization: Bearer <token>'."),
+    auth_token: Optional[str] = typer.Option(None, envvar=E.COLLECTOR_TOKEN_ENV, help="Require 'Authorization: Bearer <token>'."),
     tls_cert: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, help="PEM certificate: serve HTTPS and gRPC over TLS."),
     tls_key: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, help="PEM private key for --tls-cert."),
     flush_interval: float = typer.Option(5.0, help="Seconds between Parquet commits (at most)."),

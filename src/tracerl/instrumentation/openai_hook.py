@@ -31,15 +31,16 @@ from tracerl.instrumentation.call_failure import CallFailure
 from tracerl.instrumentation.call_tokens import Tokens
 from tracerl.instrumentation.processor import agent_name, is_llm_span, llm_request_captured, llm_span_chain
 from tracerl.instrumentation.request_plan import RESPONSES_PATH, Plan, endpoint_kind, plan_request
-from tracerl.instrumentation.settings import OPENAI_AGENTS_API_ENV, settings
+from tracerl.instrumentation.settings import settings
 from tracerl.instrumentation.token_attributes import record, token_attributes
 from tracerl.schemas import attributes as A
+from tracerl.schemas import environment as E
 
 PLAN_EXTENSION = "tracerl.plan"
 RESPONSES_NOT_CAPTURED = (
     "calls to the OpenAI Responses API (POST .../responses) are not captured: no LLM-call span, no token ids, "
     "nothing to train on. The OpenAI Agents SDK uses it by default: set "
-    f"{OPENAI_AGENTS_API_ENV}=chat_completions to make it send Chat Completions, which tracerl captures "
+    f"{E.OPENAI_AGENTS_API_ENV}=chat_completions to make it send Chat Completions, which tracerl captures "
     "(vLLM and `tracerl serve` serve them)"
 )
 _installed = False

@@ -19,8 +19,8 @@ from pathlib import Path
 import opentelemetry.instrumentation.auto_instrumentation as auto_instrumentation
 
 from tracerl.instrumentation import settings as S
+from tracerl.schemas import environment as E
 
-DISABLED_ENV = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
 OPENLLMETRY_ENTRY_POINT = "openai"  # opentelemetry_instrumentor entry point of OpenLLMetry
 # opentelemetry_instrumentor entry points of the HTTP clients, switched off by --no-http-spans
 HTTP_CLIENT_ENTRY_POINTS = ("httpx", "httpx2", "requests", "urllib3", "urllib", "aiohttp-client")
@@ -44,39 +44,39 @@ def capture_env(
     the cheapest way to skip them; LLM requests no hook recognises are then not seen either.
     """
     env = dict(base)
-    env[S.RUN_SUMMARY_ENV] = "1"
+    env[E.RUN_SUMMARY_ENV] = "1"
     if otlp_endpoint:
-        env["OTEL_TRACES_EXPORTER"] = "otlp"
-        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = otlp_endpoint
-        env.setdefault("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
+        env[E.OTEL_TRACES_EXPORTER_ENV] = "otlp"
+        env[E.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT_ENV] = otlp_endpoint
+        env.setdefault(E.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL_ENV, "http/protobuf")
     else:
-        env.setdefault("OTEL_TRACES_EXPORTER", "tracerl")
-    if env["OTEL_TRACES_EXPORTER"] == "tracerl":
+        env.setdefault(E.OTEL_TRACES_EXPORTER_ENV, "tracerl")
+    if env[E.OTEL_TRACES_EXPORTER_ENV] == "tracerl":
         # hand spans to the Parquet exporter often: it makes large files itself (parquet_exporter.py)
-        env.setdefault("OTEL_BSP_SCHEDULE_DELAY", str(S.PARQUET_HANDOVER_MS))
+        env.setdefault(E.OTEL_BSP_SCHEDULE_DELAY_ENV, str(S.PARQUET_HANDOVER_MS))
     # the distro defaults these to OTLP, which would retry against a collector nobody runs
-    env.setdefault("OTEL_METRICS_EXPORTER", "none")
-    env.setdefault("OTEL_LOGS_EXPORTER", "none")
+    env.setdefault(E.OTEL_METRICS_EXPORTER_ENV, "none")
+    env.setdefault(E.OTEL_LOGS_EXPORTER_ENV, "none")
     if data_dir is not None:
-        env[S.DATA_DIR_ENV] = str(Path(data_dir).resolve())
-    elif S.DATA_DIR_ENV not in env:
-        env[S.DATA_DIR_ENV] = str(Path(S.DEFAULT_DATA_DIR).resolve())
+        env[E.DATA_DIR_ENV] = str(Path(data_dir).resolve())
+    elif E.DATA_DIR_ENV not in env:
+        env[E.DATA_DIR_ENV] = str(Path(S.DEFAULT_DATA_DIR).resolve())
     if task_id is not None or episode_id is not None:
-        env[S.EPISODE_ID_ENV] = episode_id or uuid.uuid4().hex
+        env[E.EPISODE_ID_ENV] = episode_id or uuid.uuid4().hex
     if task_id is not None:
-        env[S.TASK_ID_ENV] = task_id
+        env[E.TASK_ID_ENV] = task_id
     if split is not None:
-        env[S.SPLIT_ENV] = split
+        env[E.SPLIT_ENV] = split
     if capture_content is not None:
-        env[S.CAPTURE_CONTENT_ENV] = "true" if capture_content else "false"
-    disabled = [d.strip() for d in env.get(DISABLED_ENV, "").split(",") if d.strip()]
-    if env.get(S.LLM_SPANS_ENV, "tracerl") != "openllmetry":
+        env[E.CAPTURE_CONTENT_ENV] = "true" if capture_content else "false"
+    disabled = [d.strip() for d in env.get(E.OTEL_DISABLED_INSTRUMENTATIONS_ENV, "").split(",") if d.strip()]
+    if env.get(E.LLM_SPANS_ENV, "tracerl") != "openllmetry":
         # tracerl makes the LLM-call spans itself; OpenLLMetry would add a second, slower one
         disabled.append(OPENLLMETRY_ENTRY_POINT)
     if not http_spans:
         disabled.extend(HTTP_CLIENT_ENTRY_POINTS)
     if disabled:
-        env[DISABLED_ENV] = ",".join(dict.fromkeys(disabled))
+        env[E.OTEL_DISABLED_INSTRUMENTATIONS_ENV] = ",".join(dict.fromkeys(disabled))
     hook_dir = str(Path(auto_instrumentation.__file__).parent)
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != hook_dir]
     cwd = os.getcwd()

@@ -14,7 +14,8 @@ import os
 import sys
 
 from tracerl.instrumentation import capture_stats, span_finisher
-from tracerl.instrumentation.settings import RUN_SUMMARY_ENV, settings
+from tracerl.instrumentation.settings import settings
+from tracerl.schemas import environment as E
 
 logger = logging.getLogger(__name__)
 _registered = False
@@ -30,17 +31,17 @@ def register() -> None:
 
 def destination() -> str:
     """Where this process's spans go, as the OTel environment configures the exporter."""
-    exporter = os.environ.get("OTEL_TRACES_EXPORTER", "")
+    exporter = os.environ.get(E.OTEL_TRACES_EXPORTER_ENV, "")
     if exporter == "tracerl":
         return str(settings().spans_dir)
-    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    endpoint = os.environ.get(E.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT_ENV) or os.environ.get(E.OTEL_EXPORTER_OTLP_ENDPOINT_ENV)
     return f"the {exporter or 'configured'} exporter" + (f" ({endpoint})" if endpoint else "")
 
 
 def report() -> None:
     span_finisher.drain()  # the counts of calls whose spans are still being finished
     stats = capture_stats.STATS
-    if os.environ.get(RUN_SUMMARY_ENV):
+    if os.environ.get(E.RUN_SUMMARY_ENV):
         print(f"{stats.summary(destination())} [pid {os.getpid()}]", file=sys.stderr, flush=True)
     warnings = stats.report()
     if warnings:

@@ -14,25 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracerl.schemas import attributes as A
+from tracerl.schemas import environment as E
 
-DATA_DIR_ENV = "TRACERL_DATA_DIR"
-TOKEN_ENCODING_ENV = "TRACERL_TOKEN_ENCODING"  # array | packed
-TOKEN_CAPTURE_ENV = "TRACERL_TOKEN_CAPTURE"  # auto | on | off
-CAPTURE_CONTENT_ENV = "TRACERL_CAPTURE_CONTENT"  # true | false
-MAX_CONTENT_CHARS_ENV = "TRACERL_MAX_CONTENT_CHARS"
-REDACT_ENV = "TRACERL_REDACT"  # "module:function", called on every captured content string
-EPISODE_ID_ENV = "TRACERL_EPISODE_ID"  # process-wide episode (set by `tracerl run --task-id`)
-TASK_ID_ENV = "TRACERL_TASK_ID"
-SPLIT_ENV = "TRACERL_SPLIT"
-AGENT_NAME_ENV = "TRACERL_AGENT_NAME"
-# Who makes the LLM-call spans: tracerl's own (light, the default) or OpenLLMetry's
-# (richer attributes, about 5 ms of CPU per sync call: measured in benchmarks/).
-LLM_SPANS_ENV = "TRACERL_LLM_SPANS"  # tracerl | openllmetry
-RUN_SUMMARY_ENV = "TRACERL_RUN_SUMMARY"  # set by `tracerl run`: print the counts at exit
-# chat_completions: the OpenAI Agents SDK sends Chat Completions (captured) instead of its
-# default, the Responses API (not captured); unset: the SDK's own default is left alone
-OPENAI_AGENTS_API_ENV = "TRACERL_OPENAI_AGENTS_API"
-SDK_DEFAULT = "sdk"
+SDK_DEFAULT = "sdk"  # TRACERL_OPENAI_AGENTS_API unset: the Agents SDK's own default API is left alone
 
 #: How often (ms) the batch span processor in front of tracerl's Parquet exporter hands
 #: spans over (``OTEL_BSP_SCHEDULE_DELAY``; the SDK's default is 5000). Measured in steady
@@ -124,7 +108,7 @@ class Settings:
     def why_not_ask_tokens(self, host: str) -> str | None:
         """Why requests to ``host`` must not ask for token ids (``None``: ask)."""
         if self.token_capture == "off":
-            return f"token capture switched off ({TOKEN_CAPTURE_ENV}=off)"
+            return f"token capture switched off ({E.TOKEN_CAPTURE_ENV}=off)"
         if self.token_capture == "on":
             return None
         if _is_hosted_api(host):
@@ -143,21 +127,21 @@ def _is_hosted_api(host: str) -> bool:
 def settings() -> Settings:
     env = os.environ.get
     return Settings(
-        data_dir=Path(env(DATA_DIR_ENV) or DEFAULT_DATA_DIR),
+        data_dir=Path(env(E.DATA_DIR_ENV) or DEFAULT_DATA_DIR),
         # packed by default, measured (benchmarks/capture_token_encoding.py): the OTel SDK
         # validates array attributes element by element, so even in-process a packed
         # string is ~4x cheaper to put on a span, and ~10x cheaper to encode as OTLP.
         # `array` keeps them readable by every OTel tool.
-        token_encoding=_choice(TOKEN_ENCODING_ENV, "packed", ("array", "packed")),
-        token_capture=_choice(TOKEN_CAPTURE_ENV, "auto", ("auto", "on", "off")),
-        capture_content=_flag(CAPTURE_CONTENT_ENV, True),
-        max_content_chars=_positive_int(MAX_CONTENT_CHARS_ENV, DEFAULT_MAX_CONTENT_CHARS),
-        redact=env(REDACT_ENV) or None,
-        episode_id=env(EPISODE_ID_ENV) or None,
-        task_id=env(TASK_ID_ENV) or None,
-        split=env(SPLIT_ENV) or None,
-        agent_name=env(AGENT_NAME_ENV) or None,
-        llm_spans=_choice(LLM_SPANS_ENV, "tracerl", ("tracerl", "openllmetry")),
-        openai_agents_api=_choice(OPENAI_AGENTS_API_ENV, SDK_DEFAULT, (SDK_DEFAULT, "chat_completions", "responses")),
-        genai_latest_only=A.SEMCONV_GEN_AI_LATEST in [v.strip() for v in (env(A.SEMCONV_STABILITY_OPT_IN_ENV) or "").split(",")],
+        token_encoding=_choice(E.TOKEN_ENCODING_ENV, "packed", ("array", "packed")),
+        token_capture=_choice(E.TOKEN_CAPTURE_ENV, "auto", ("auto", "on", "off")),
+        capture_content=_flag(E.CAPTURE_CONTENT_ENV, True),
+        max_content_chars=_positive_int(E.MAX_CONTENT_CHARS_ENV, DEFAULT_MAX_CONTENT_CHARS),
+        redact=env(E.REDACT_ENV) or None,
+        episode_id=env(E.EPISODE_ID_ENV) or None,
+        task_id=env(E.TASK_ID_ENV) or None,
+        split=env(E.SPLIT_ENV) or None,
+        agent_name=env(E.AGENT_NAME_ENV) or None,
+        llm_spans=_choice(E.LLM_SPANS_ENV, "tracerl", ("tracerl", "openllmetry")),
+        openai_agents_api=_choice(E.OPENAI_AGENTS_API_ENV, SDK_DEFAULT, (SDK_DEFAULT, "chat_completions", "responses")),
+        genai_latest_only=A.SEMCONV_GEN_AI_LATEST in [v.strip() for v in (env(E.SEMCONV_STABILITY_OPT_IN_ENV) or "").split(",")],
     )

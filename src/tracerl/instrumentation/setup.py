@@ -24,8 +24,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from tracerl.instrumentation import frameworks, openai_hook, run_summary, sdk_internals, span_finisher
 from tracerl.instrumentation.parquet_exporter import CommitOnFlush, ParquetSpanExporter
 from tracerl.instrumentation.processor import TracerlSpanProcessor
-from tracerl.instrumentation.settings import CAPTURE_CONTENT_ENV, PARQUET_HANDOVER_MS, Settings, settings
+from tracerl.instrumentation.settings import PARQUET_HANDOVER_MS, Settings, settings
 from tracerl.schemas import attributes as A
+from tracerl.schemas import environment as E
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +37,8 @@ def install_hooks(provider: Any) -> None:
     """Add tracerl's processor and hooks to ``provider`` (idempotent)."""
     current = settings()
     # OpenLLMetry reads its own switch; keep it in line with tracerl's.
-    if os.environ.get(CAPTURE_CONTENT_ENV) and A.TRACELOOP_TRACE_CONTENT_ENV not in os.environ:
-        os.environ[A.TRACELOOP_TRACE_CONTENT_ENV] = "true" if current.capture_content else "false"
+    if os.environ.get(E.CAPTURE_CONTENT_ENV) and E.TRACELOOP_TRACE_CONTENT_ENV not in os.environ:
+        os.environ[E.TRACELOOP_TRACE_CONTENT_ENV] = "true" if current.capture_content else "false"
     if isinstance(provider, TracerProvider):
         if provider not in _hooked_providers:
             _add_first(provider, TracerlSpanProcessor(current))

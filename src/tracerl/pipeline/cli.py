@@ -15,6 +15,7 @@ from tracerl.core.commands import command_group
 from tracerl.pipeline.dataset_folder import MANIFEST
 from tracerl.pipeline.options import ADVANTAGES, CREDITS, EXPORTS, BuildOptions
 from tracerl.pipeline.source import PipelineInputError
+from tracerl.schemas import environment as E
 
 app = command_group(no_args_is_help=True, help="Spans -> episodes -> training transitions.")
 
@@ -189,10 +190,10 @@ def doctor(
 @app.command()
 def judge(
     spans: SpansOpt,
-    judge_url: Annotated[str, typer.Option("--judge-url", envvar="TRACERL_JUDGE_URL", help="OpenAI-compatible base URL of the judge, e.g. http://127.0.0.1:8000/v1 (vLLM, `tracerl serve`, a hosted API).")],
-    judge_model: Annotated[str, typer.Option("--judge-model", envvar="TRACERL_JUDGE_MODEL", help="The model name the judge serves.")],
+    judge_url: Annotated[str, typer.Option("--judge-url", envvar=E.JUDGE_URL_ENV, help="OpenAI-compatible base URL of the judge, e.g. http://127.0.0.1:8000/v1 (vLLM, `tracerl serve`, a hosted API).")],
+    judge_model: Annotated[str, typer.Option("--judge-model", envvar=E.JUDGE_MODEL_ENV, help="The model name the judge serves.")],
     rubric: Annotated[Optional[Path], typer.Option("--rubric", help="A text file: what makes an episode better (default: goal reached, then efficiency, then progress).")] = None,
-    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="TRACERL_JUDGE_API_KEY", help="Bearer token for a hosted judge.")] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar=E.JUDGE_API_KEY_ENV, help="Bearer token for a hosted judge.")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Folder for rewards/NAME.parquet and judgments/NAME.jsonl (default: the data dir itself, where every command finds them).")] = None,
     reward_name: Annotated[str, typer.Option("--reward-name", help="The rewards' name (build with --reward-weight NAME=1 to train on them alone).")] = "judge",
     split: SplitOpt = None,

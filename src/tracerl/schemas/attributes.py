@@ -49,7 +49,6 @@ GEN_AI_TOOL_CALL_RESPONSE_PART = "tool_call_response"  # a tool's result sent ba
 GEN_AI_FINISH_REASON = "finish_reason"  # field of an output message: why generation stopped ("stop", "length", ...)
 GEN_AI_PROVIDER_OPENAI = "openai"  # gen_ai.provider.name of every OpenAI-compatible API tracerl captures
 # OTel's switch between conventions: with this value in it, only the latest GenAI names are written
-SEMCONV_STABILITY_OPT_IN_ENV = "OTEL_SEMCONV_STABILITY_OPT_IN"
 SEMCONV_GEN_AI_LATEST = "gen_ai_latest_experimental"
 GEN_AI_TOOL_NAME = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"  # of an execute_tool span: the id of the LLM's tool call it runs
@@ -166,7 +165,6 @@ TRACELOOP_ENTITY_INPUT = "traceloop.entity.input"
 TRACELOOP_ENTITY_OUTPUT = "traceloop.entity.output"
 OPENLLMETRY_LEGACY_PROMPTS = "llm.prompts"  # older layouts' prompt and completion content
 OPENLLMETRY_LEGACY_COMPLETIONS = "llm.completions"
-TRACELOOP_TRACE_CONTENT_ENV = "TRACELOOP_TRACE_CONTENT"  # OpenLLMetry's content switch (environment)
 
 # OpenInference (Arize): messages flattened one attribute per field under a "message." level,
 # OPENINFERENCE_INPUT_MESSAGES.{i}.message.role,

@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from tracerl.core.chat_template import HERMES_TOOLS_TEMPLATE, renders_tools
+from tracerl.schemas import environment as E
 
-CACHE_ENV = "TRACERL_CACHE_DIR"
 CONVERTER_VERSION = 1  # bump when the folder written changes: cached folders are then rebuilt
 MARKER = "tracerl-gguf.json"  # written last into a folder: what it was made from and what the check measured
 GGUF_MAGIC = b"GGUF"
@@ -68,7 +68,7 @@ class GgufFolder:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "tracerl")
+    return Path(os.environ.get(E.CACHE_DIR_ENV) or Path.home() / ".cache" / "tracerl")
 
 
 @contextmanager

@@ -13,6 +13,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from tracerl.schemas import environment as E
+
 TINY_MODEL_NAME = "tracerl-tiny-llama"
 BUILD_VERSION = 8  # bump when the model recipe changes (the corpus is hashed into the cache key already)
 
@@ -48,7 +50,7 @@ def tiny_model_key(corpus: Sequence[str] = ()) -> str:
 
 
 def default_cache_dir() -> Path:
-    root = os.environ.get("TRACERL_CACHE_DIR") or os.path.join(Path.home(), ".cache", "tracerl")
+    root = os.environ.get(E.CACHE_DIR_ENV) or os.path.join(Path.home(), ".cache", "tracerl")
     return Path(root)
 
 

@@ -26,8 +26,9 @@ from opentelemetry.trace import Status, StatusCode
 
 import tracerl
 from tracerl.schemas import attributes as A
-from tracerl.orchestration.loop.recipe import AGENT_CONCURRENCY_ENV, POLICY_MODEL_NAME
+from tracerl.orchestration.loop.recipe import POLICY_MODEL_NAME
 from tracerl.orchestration.demo.task import ANSWERER, TOOL_PICKER, Task, UnknownToolError, first_messages, reward, run_tool, second_messages, tool_named
+from tracerl.schemas import environment as E
 
 tracer = trace.get_tracer("tracerl.orchestration.demo.agent")
 
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("tasks", help="JSONL file, one task per line")
     parser.add_argument("--model", default=POLICY_MODEL_NAME)
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--concurrency", type=int, default=int(os.environ.get(AGENT_CONCURRENCY_ENV, "16")))
+    parser.add_argument("--concurrency", type=int, default=int(os.environ.get(E.AGENT_CONCURRENCY_ENV, "16")))
     args = parser.parse_args(argv)
 
     with open(args.tasks, encoding="utf-8") as handle:

@@ -43,15 +43,14 @@ import duckdb
 from tracerl.schemas import attributes as A
 from tracerl.orchestration.loop.config import SERVERS, LoopConfig
 from tracerl.orchestration.loop.plots import plot_reward_curve
-from tracerl.orchestration.loop.recipe import (
-    AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, AGENT_MODELS_ENV, POLICY_MODEL_NAME, AgentRecipe, Task,
-)
+from tracerl.orchestration.loop.recipe import POLICY_MODEL_NAME, AgentRecipe, Task
 from tracerl.orchestration.loop.warm_start import starting_policy, supervised_samples
 from tracerl.orchestration.rounds.registry import PolicyRegistry
 from tracerl.orchestration.rounds.round import dataset_episodes, publish_record, utc_now
 from tracerl.pipeline.dataset_folder import transition_files
 from tracerl.pipeline.options import check_policies
 from tracerl.pipeline.source import PipelineInputError
+from tracerl.schemas import environment as E
 from tracerl.trainer.publish import BuiltinServer, PublishError, PublishTarget, VllmLora, VllmReload, publish
 from tracerl.trainer.serving.vllm_process import VllmOptions
 from tracerl.trainer.training.backend import PolicyGradientTrainer
@@ -133,16 +132,16 @@ def run_agent(
     agent_args: tuple[str, ...] = (), agent_models: dict[str, str] | None = None,
 ) -> None:
     """Run the recipe's agent with capture switched on by environment variables only
-    (and, with several policies, each agent's model name: ``AGENT_MODELS_ENV``)."""
+    (and, with several policies, each agent's model name: ``E.AGENT_MODELS_ENV``)."""
     env = {
         **os.environ,
-        "OPENAI_BASE_URL": base_url,
-        "OPENAI_API_KEY": "tracerl-loop",
-        "TRACERL_DATA_DIR": str(data_dir),
-        "OTEL_SERVICE_NAME": recipe.name,
-        AGENT_CONCURRENCY_ENV: str(concurrency),
-        **({AGENT_MAX_TOKENS_ENV: str(max_tokens)} if max_tokens else {}),
-        **({AGENT_MODELS_ENV: ",".join(f"{agent}={model}" for agent, model in agent_models.items())} if agent_models else {}),
+        E.OPENAI_BASE_URL_ENV: base_url,
+        E.OPENAI_API_KEY_ENV: "tracerl-loop",
+        E.DATA_DIR_ENV: str(data_dir),
+        E.OTEL_SERVICE_NAME_ENV: recipe.name,
+        E.AGENT_CONCURRENCY_ENV: str(concurrency),
+        **({E.AGENT_MAX_TOKENS_ENV: str(max_tokens)} if max_tokens else {}),
+        **({E.AGENT_MODELS_ENV: ",".join(f"{agent}={model}" for agent, model in agent_models.items())} if agent_models else {}),
     }
     argv = [*recipe.agent_argv, *agent_args]
     command = [sys.executable, "-m", "tracerl", "run", "--", *argv, str(tasks_file)]

@@ -21,13 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.orchestration.loop.config import LoopConfig
+from tracerl.schemas import environment as E
 
 Task = dict[str, Any]  # one line of a tasks file: "task_id", "split", and what the agent reads
 POLICY_MODEL_NAME = "policy"  # the model name agents send; `vllm serve` is started under it
-AGENT_CONCURRENCY_ENV = "TRACERL_AGENT_CONCURRENCY"  # how many episodes an agent program runs at once
-AGENT_MAX_TOKENS_ENV = "TRACERL_AGENT_MAX_TOKENS"  # max_tokens per LLM call (a real model needs more than the tiny one)
-# with several policies (--policy), each agent's model name: "writer=writer,rewriter=writer,checker=checker"
-AGENT_MODELS_ENV = "TRACERL_AGENT_MODELS"
 
 
 def agent_model(agent: str, default: str = POLICY_MODEL_NAME) -> str:
@@ -36,7 +33,7 @@ def agent_model(agent: str, default: str = POLICY_MODEL_NAME) -> str:
     The one thing an agent program changes to take part in a per-agent training: the model
     string it gives each of its agents, which every framework lets it set.
     """
-    pairs = (pair.partition("=") for pair in os.environ.get(AGENT_MODELS_ENV, "").split(",") if pair)
+    pairs = (pair.partition("=") for pair in os.environ.get(E.AGENT_MODELS_ENV, "").split(",") if pair)
     return {name.strip(): model.strip() for name, _, model in pairs}.get(agent, default)
 
 

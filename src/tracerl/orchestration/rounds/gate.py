@@ -16,12 +16,13 @@ import subprocess
 from pathlib import Path
 
 from tracerl.orchestration.rounds.errors import RoundFailed
+from tracerl.schemas import environment as E
 
 
 def evaluate(command: str, checkpoint: Path, policy: str | None = None) -> float:
     """Run the evaluation command on ``checkpoint`` (of ``policy``, in ``{policy}`` and ``$TRACERL_POLICY``); the reward it printed last."""
     argv = [arg.replace("{checkpoint}", str(checkpoint)).replace("{policy}", policy or "") for arg in shlex.split(command)]
-    env = {**os.environ, "TRACERL_CHECKPOINT": str(checkpoint), **({"TRACERL_POLICY": policy} if policy else {})}
+    env = {**os.environ, E.GATE_CHECKPOINT_ENV: str(checkpoint), **({E.GATE_POLICY_ENV: policy} if policy else {})}
     done = subprocess.run(argv, capture_output=True, text=True, env=env)
     lines = done.stdout.strip().splitlines()
     try:

