@@ -50,6 +50,8 @@ import sys
 import tempfile
 import time
 
+from tracerl.schemas import environment as E
+
 CONFIGS = ("none", "openllmetry", "tracerl-no-tokens", "tracerl")
 # What each configuration's LLM-call spans record (the run prints the attribute keys they hold).
 NAMES = {
@@ -95,10 +97,9 @@ def child(config: str, url: str, calls: int, warmup: int) -> None:
         OpenAIInstrumentor().instrument()
     elif config.startswith("tracerl"):
         import tracerl
-        from tracerl.instrumentation.settings import TOKEN_CAPTURE_ENV
 
         if config == "tracerl-no-tokens":
-            os.environ[TOKEN_CAPTURE_ENV] = "off"
+            os.environ[E.TOKEN_CAPTURE_ENV] = "off"
         provider = tracerl.instrument(data_dir=data_dir)
     import openai
 

@@ -44,7 +44,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from tracerl.instrumentation.parquet_exporter import ParquetSpanExporter
 from tracerl.schemas import attributes as A
 from tracerl_testing.loadgen import encode_batches, make_spans
-from tracerl.net import free_port
+from tracerl.core.net import free_port
 from tracerl_testing.net import wait_http
 from tracerl_testing.tables import table_files
 

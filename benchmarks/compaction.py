@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pipeline_build import OURS, CPUS, run_child  # noqa: E402  (a benchmark beside this one)
 
-from tracerl.storage import write_parquet_atomic  # noqa: E402
+from tracerl.core.storage import write_parquet_atomic  # noqa: E402
 from tracerl_testing.synthetic_spans import generate  # noqa: E402
 
 FILES_PER_HOUR = 3600 // 5

@@ -37,8 +37,7 @@ mkdir -p "$results"
 [[ -n "${SKIP_INSTALL:-}" ]] || python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site . >"$results/install.log" 2>&1 \
   || { echo "tracerl install failed:"; tail -20 "$results/install.log"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$results/device.txt"
-# from outside the checkout: its partial tracerl/ folder would shadow the installed package (issue 37);
-# /tmp/site first on the path, the checkout after it for `examples`
+# the installed package (/tmp/site) first on the path, the checkout after it for `examples`
 repo=$PWD
 cd /tmp
 export PYTHONPATH=/tmp/site:$repo

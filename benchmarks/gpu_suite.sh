@@ -45,8 +45,7 @@ step check-1.5b 150 python3 benchmarks/gpu_check.py
 # 7B full weights fit neither one H200 (ZeRO-2: out of GPU memory at Adam's moments) nor, with
 # --adam-offload, its 128 GiB host (killed): ~16 bytes a parameter must live somewhere; run it on
 # 2+ GPUs (benchmarks/results/gpu_check-h200-2026-11-26.jsonl)
-# from another folder, with no pythonpath: the checkout's own tracerl/ folder must not shadow the
-# installed package, in pytest or in the commands the tests start
+# from another folder, with no pythonpath: the tests and the commands they start use the installed package
 step trainer-tests 200 bash -c 'cd /tmp && exec python3 -m pytest -q -p no:cacheprovider --rootdir "$0" -c "$0/pyproject.toml" -o pythonpath= \
   --continue-on-collection-errors --timeout 60 "$0/tests/trainer/training" "$0/tests/trainer/test_flash_attn_stand_in.py"' "$PWD"
 step check-7b-lora 150 python3 benchmarks/gpu_check.py --size 7b --lora-rank 16

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from tracerl_testing.installs import AGENT_MODULES_ABSENT, importable, install_venv
 
+from tracerl.schemas import environment as E
+
 VENVS = {"before": ("tracerl[collector,pipeline]", "openai", "pydantic"), "core": ("tracerl", "openai")}
 AGENT = "import openai, tracerl; tracerl.instrument()"
 
@@ -54,7 +56,7 @@ def main() -> None:
         print(f"building {name}: pip install {' '.join(requirements)}", flush=True)
         python = install_venv(out / name, *requirements)
         data = out / f"{name}-data"
-        env = {**os.environ, "TRACERL_DATA_DIR": str(data)}
+        env = {**os.environ, E.DATA_DIR_ENV: str(data)}
         launcher = [str(python.parent / "tracerl"), "run", "--", str(python), "-c", AGENT]
         agent = [str(python), "-c", AGENT]
         site = next((out / name / "lib").glob("python3*/site-packages"))

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from loop_runs import REPO, Variant, per_round_table, plot_curves, run_all
 
-from tracerl.trainer.serving.vllm_process import VLLM_PYTHON_ENV
+from tracerl.schemas import environment as E
 
 RECIPE = "examples.sql.recipe:RECIPE"
 
@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="default: a temporary folder")
     args = parser.parse_args()
 
-    os.environ.setdefault(VLLM_PYTHON_ENV, str(REPO / ".venv-vllm" / "bin" / "python"))
+    os.environ.setdefault(E.VLLM_PYTHON_ENV, str(REPO / ".venv-vllm" / "bin" / "python"))
     chosen = variants(args.lr, args.concurrency, args.setups)
     out = args.out or Path(tempfile.mkdtemp(prefix="tracerl-policies-"))
     out.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tracerl.schemas import environment as E
+
 REPO = Path(__file__).resolve().parents[1]
 PHASES = ("rollout_seconds", "build_seconds", "train_seconds", "save_seconds", "publish_seconds")
 RUNS = {"torch": ["--backend", "torch"], "openrlhf": ["--backend", "openrlhf"], "torch+lora8": ["--backend", "torch", "--lora-rank", "8"]}
@@ -35,7 +37,7 @@ def run(example: str, model: Path, name: str, rounds: int, out: Path) -> list[di
         "--rounds", str(rounds), "--tasks-per-round", "4", "--group-size", "4", "--eval-tasks", "4", "--max-tokens", "32",
         "--tool-call-parser", "hermes", "--out", str(out),
     ]
-    env = {**os.environ, "TRACERL_VLLM_PYTHON": os.environ.get("TRACERL_VLLM_PYTHON", str(REPO / ".venv-vllm" / "bin" / "python"))}
+    env = {**os.environ, E.VLLM_PYTHON_ENV: os.environ.get(E.VLLM_PYTHON_ENV, str(REPO / ".venv-vllm" / "bin" / "python"))}
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"{name} failed:\n{done.stderr[-3000:]}")

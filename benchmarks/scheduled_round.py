@@ -36,6 +36,7 @@ from tracerl.orchestration.demo import task as demo_task
 from tracerl.orchestration.demo.recipe import DEMO
 from tracerl.orchestration.loop.warm_start import starting_policy
 from tracerl.orchestration.rounds.registry import PolicyRegistry
+from tracerl.schemas import environment as E
 from tracerl.trainer.serving.app import running_server
 
 BIN = Path(sys.executable).parent
@@ -44,10 +45,10 @@ BIN = Path(sys.executable).parent
 def agent_stream(base_url: str, collector_url: str, work: Path, stop: threading.Event, worker: int) -> None:
     """Run the demo agent on batches of 8 sampled training tasks until ``stop``."""
     train, _ = demo_task.all_tasks(0)
-    env = {**os.environ, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "bench", "OTEL_SERVICE_NAME": f"bench-agent-{worker}",
-           "OTEL_EXPORTER_OTLP_ENDPOINT": collector_url, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-           "OTEL_TRACES_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none",
-           "OTEL_BSP_SCHEDULE_DELAY": "500"}
+    env = {**os.environ, E.OPENAI_BASE_URL_ENV: base_url, E.OPENAI_API_KEY_ENV: "bench", E.OTEL_SERVICE_NAME_ENV: f"bench-agent-{worker}",
+           E.OTEL_EXPORTER_OTLP_ENDPOINT_ENV: collector_url, E.OTEL_EXPORTER_OTLP_PROTOCOL_ENV: "http/protobuf",
+           E.OTEL_TRACES_EXPORTER_ENV: "otlp", E.OTEL_METRICS_EXPORTER_ENV: "none", E.OTEL_LOGS_EXPORTER_ENV: "none",
+           E.OTEL_BSP_SCHEDULE_DELAY_ENV: "500"}
     batch = 0
     while not stop.is_set():
         tasks = work / f"tasks-{worker}-{batch}.jsonl"

@@ -68,7 +68,7 @@ def run_configuration(args: argparse.Namespace, model: Path, backend: str, proce
     if processes == 1:
         command = [sys.executable, script, *flags]
     else:
-        from tracerl.net import free_port
+        from tracerl.core.net import free_port
 
         torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
         command = [torchrun, "--nproc_per_node", str(processes), "--master_port", str(free_port()), script, *flags]

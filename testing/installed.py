@@ -62,7 +62,7 @@ def require_module(name: str, how: str) -> ModuleType:
         raise  # not reached: require() raised
 
 
-OPENRLHF_HOW = "see trainer/README.md, 'The OpenRLHF backend' (deepspeed, the [openrlhf] extra, openrlhf, flash-attn)"
+OPENRLHF_HOW = "see src/tracerl/trainer/README.md, 'The OpenRLHF backend' (deepspeed, the [openrlhf] extra, openrlhf, flash-attn)"
 
 
 def require_openrlhf() -> None:

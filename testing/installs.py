@@ -28,7 +28,7 @@ def install_venv(folder: Path, *requirements: str) -> Path:
 
 
 def importable(python: Path, modules: tuple[str, ...]) -> list[str]:
-    """Which of ``modules`` the venv of ``python`` can import (run outside the checkout, whose folders would shadow it)."""
+    """Which of ``modules`` the venv of ``python`` can import."""
     probe = "import importlib.util, sys; print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m)))"
     done = subprocess.run([str(python), "-c", probe, *modules], capture_output=True, text=True, check=True, timeout=60,
                           cwd=python.parent)

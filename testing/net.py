@@ -1,5 +1,5 @@
 """Loopback helpers for tests and benchmarks that start servers in other processes (a free port is
-:func:`tracerl.net.free_port`, which the product needs too)."""
+:func:`tracerl.core.net.free_port`, which the product needs too)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 # What a launcher (torchrun, deepspeed) sets, and what training in the test process itself
-# leaves in os.environ (trainer/training/device.py: launch_environment): a child inheriting
+# leaves in os.environ (src/tracerl/trainer/training/device.py: launch_environment): a child inheriting
 # them would take itself for a rank of the test process's job.
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 

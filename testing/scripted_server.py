@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tracerl.schemas import attributes as A
-from tracerl.uvicorn_thread import serve_in_thread
+from tracerl.core.uvicorn_thread import serve_in_thread
 
 EOS_ID = 256
 POLICY_VERSION = 7

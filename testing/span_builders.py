@@ -12,7 +12,7 @@ from typing import Any
 
 from tracerl.schemas import attributes as A
 from tracerl.schemas import span_row, spans_table
-from tracerl.storage import write_parquet_atomic
+from tracerl.core.storage import write_parquet_atomic
 
 
 def trace_of(episode: str) -> str:

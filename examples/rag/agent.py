@@ -31,11 +31,12 @@ from openai import AsyncOpenAI
 
 import tracerl
 from examples.rag import task as rag
-from tracerl.orchestration.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME
+from tracerl.orchestration.loop.recipe import POLICY_MODEL_NAME
+from tracerl.schemas import environment as E
 
 AGENT_NAME = "rag"
 MAX_TURNS = 4  # LLM calls in one episode: two searches and the answer, and one to spare
-MAX_TOKENS = int(os.environ.get(AGENT_MAX_TOKENS_ENV, "256"))  # per call: a tool call or a short answer (a larger model may reason first)
+MAX_TOKENS = int(os.environ.get(E.AGENT_MAX_TOKENS_ENV, "256"))  # per call: a tool call or a short answer (a larger model may reason first)
 
 set_tracing_disabled(True)
 
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tasks", help="JSONL file, one task per line (task_id, split, question, answers, corpus, temperature, seed)")
     parser.add_argument("--model", default=POLICY_MODEL_NAME)
-    parser.add_argument("--concurrency", type=int, default=int(os.environ.get(AGENT_CONCURRENCY_ENV, "8")))
+    parser.add_argument("--concurrency", type=int, default=int(os.environ.get(E.AGENT_CONCURRENCY_ENV, "8")))
     args = parser.parse_args(argv)
     with open(args.tasks, encoding="utf-8") as handle:
         lines = [json.loads(line) for line in handle if line.strip()]

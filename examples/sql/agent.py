@@ -38,7 +38,8 @@ from examples.sql.task import (
     MAX_EXAMPLES, VERDICTS, Task, checker_messages, clean_query, execute, result_text, reward, rewriter_messages, schema_text,
     writer_messages,
 )
-from tracerl.orchestration.loop.recipe import AGENT_CONCURRENCY_ENV, AGENT_MAX_TOKENS_ENV, POLICY_MODEL_NAME, agent_model
+from tracerl.orchestration.loop.recipe import POLICY_MODEL_NAME, agent_model
+from tracerl.schemas import environment as E
 
 NODES = ("writer", "checker", "rewriter")  # the graph's LLM nodes: the agent names its calls carry
 
@@ -119,12 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("tasks", help="JSONL file, one task per line (with its temperature and seed)")
     parser.add_argument("--model", default=POLICY_MODEL_NAME)
     parser.add_argument("--max-rewrites", type=int, default=1)
-    parser.add_argument("--max-tokens", type=int, default=int(os.environ.get(AGENT_MAX_TOKENS_ENV, "64")), help="per query the writer or rewriter writes")
+    parser.add_argument("--max-tokens", type=int, default=int(os.environ.get(E.AGENT_MAX_TOKENS_ENV, "64")), help="per query the writer or rewriter writes")
     parser.add_argument("--verdict-tokens", type=int, default=2, help="per checker verdict")
     parser.add_argument("--examples", type=int, default=2, choices=range(MAX_EXAMPLES + 1),
                         help="worked examples before the question (a pretrained model writes no SQL without them; "
                              "examples/sql/README.md)")
-    parser.add_argument("--concurrency", type=int, default=int(os.environ.get(AGENT_CONCURRENCY_ENV, "16")))
+    parser.add_argument("--concurrency", type=int, default=int(os.environ.get(E.AGENT_CONCURRENCY_ENV, "16")))
     args = parser.parse_args(argv)
 
     with open(args.tasks, encoding="utf-8") as handle:

@@ -25,10 +25,10 @@ from tracerl.cli import app
 from tracerl.collector.compaction import CompactionBusy, CompactionSettings, compact, hour_closed
 from tracerl.collector.sink import DurableTable
 from tracerl.collector.service import TRACES
-from tracerl.compaction_log import CompactionRecord
+from tracerl.core.compaction_log import CompactionRecord
 from tracerl.pipeline import build_dataset, dataset_table
 from tracerl.pipeline.location import locate
-from tracerl.storage import write_parquet_atomic
+from tracerl.core.storage import write_parquet_atomic
 from tracerl_testing.synthetic_spans import generate
 
 OLD = ("date=2026-11-26/hour=03", "date=2026-11-26/hour=04")

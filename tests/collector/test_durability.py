@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from tracerl.collector import sink, wal
 from tracerl.collector.service import TRACES, CollectorConfig, replay_unused_wals, worker_wal_dir
 from tracerl.collector.server import CollectorServer, Endpoints
-from tracerl.storage import write_parquet_atomic
+from tracerl.core.storage import write_parquet_atomic
 from tracerl_testing.loadgen import encode_batches, make_spans
 from tracerl_testing.tables import read_table
 

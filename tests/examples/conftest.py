@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tracerl.schemas import environment as E
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -16,7 +18,7 @@ def shared_policy_cache(tmp_path_factory):
     run (minutes on 2 cores), fresh every run, and the notebooks' kernels inherit it."""
     with pytest.MonkeyPatch.context() as patch:
         path = tmp_path_factory.mktemp("tracerl-cache")
-        patch.setenv("TRACERL_CACHE_DIR", str(path))
+        patch.setenv(E.CACHE_DIR_ENV, str(path))
         yield path
 
 

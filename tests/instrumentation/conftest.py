@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from tracerl.instrumentation import settings as S
 from tracerl.instrumentation.setup import install_hooks
 from tracerl.schemas import attributes as A
+from tracerl.schemas import environment as E
 from tracerl_testing.scripted_server import ScriptedServer, running_scripted_server
 from tracerl_testing.tables import span_rows
 
@@ -101,10 +102,10 @@ class Captured:
     def otel_instrument(self, source: str, **env: str) -> subprocess.CompletedProcess:
         script = self.script(source)
         env = {
-            "OTEL_TRACES_EXPORTER": "tracerl",
-            S.DATA_DIR_ENV: str(self.data_dir),
-            "OTEL_METRICS_EXPORTER": "none",
-            "OTEL_LOGS_EXPORTER": "none",
+            E.OTEL_TRACES_EXPORTER_ENV: "tracerl",
+            E.DATA_DIR_ENV: str(self.data_dir),
+            E.OTEL_METRICS_EXPORTER_ENV: "none",
+            E.OTEL_LOGS_EXPORTER_ENV: "none",
             **env,
         }
         instrument = Path(sys.executable).parent / "opentelemetry-instrument"
@@ -127,7 +128,7 @@ class Captured:
 
         from tracerl.pipeline import build_dataset
         from tracerl.schemas import REWARDS_SCHEMA
-        from tracerl.storage import write_parquet_atomic
+        from tracerl.core.storage import write_parquet_atomic
 
         grade = {"episode_id": episode_id, "name": "grade", "value": reward, "time_unix_nano": time.time_ns()}
         write_parquet_atomic(pa.Table.from_pylist([grade], schema=REWARDS_SCHEMA), self.data_dir / "rewards", prefix="rewards")

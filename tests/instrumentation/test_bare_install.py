@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from tracerl_testing.installs import AGENT_MODULES_ABSENT, importable, install_venv
+from tracerl_testing.installs import AGENT_MODULES_ABSENT, REPO, importable, install_venv
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +41,14 @@ def test_an_agent_run_with_the_bare_install_is_captured_with_exact_tokens(bare_p
     [call] = captured.llm_calls()
     [truth] = server.calls
     assert (call["prompt_token_ids"], call["completion_token_ids"], call["task_id"]) == (truth.prompt_token_ids, truth.token_ids, "t1")
+
+
+def test_python_started_in_the_checkout_imports_the_installed_package(bare_python):
+    """The checkout's folders never shadow an install that is not editable (src layout)."""
+    probe = "import tracerl, tracerl.instrumentation; print(tracerl.__file__)"
+    done = subprocess.run([str(bare_python), "-c", probe], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith(str(bare_python.parents[1])), done.stdout
 
 
 @pytest.mark.parametrize(("command", "extra"), [

@@ -19,10 +19,10 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 import tracerl
 from tracerl.instrumentation.gateway import create_gateway_app
-from tracerl.net import free_port
+from tracerl.core.net import free_port
 from tracerl.schemas import attributes as A
 from tracerl.schemas.tokens import decode
-from tracerl.uvicorn_thread import serve_in_thread
+from tracerl.core.uvicorn_thread import serve_in_thread
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "2+2?"}]}
 SECRET = "sk-gateway-SECRET-0123456789abcdef"

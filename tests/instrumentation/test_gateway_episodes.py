@@ -22,7 +22,7 @@ from tracerl.pipeline import BuildOptions, build_dataset, dataset_table
 from tracerl.pipeline.doctor import diagnose
 from tracerl.schemas import attributes as A
 from tracerl.trainer.serving.app import running_server
-from tracerl.net import free_port
+from tracerl.core.net import free_port
 from tracerl_testing.net import wait_http
 
 from .conftest import Captured

@@ -13,6 +13,7 @@ from tracerl.instrumentation import settings as S
 from tracerl.instrumentation.genai_messages import chat_message, input_messages, output_message, tool_definitions
 from tracerl.pipeline.messages import chat_messages
 from tracerl.schemas import attributes as A
+from tracerl.schemas import environment as E
 from tracerl_testing.scripted_server import Reply, running_scripted_server
 
 TOOL_CALL = {"id": "call_1", "type": "function", "function": {"name": "calc", "arguments": '{"expr": "2+2"}'}}
@@ -56,7 +57,7 @@ def test_the_pipeline_reads_back_the_text_the_model_saw():
 @pytest.mark.parametrize(("opt_in", "system"), [(None, "openai"), ("http,gen_ai_latest_experimental", None)])
 def test_the_deprecated_system_name_goes_when_the_reader_opts_in_to_the_latest_names(monkeypatch, opt_in, system):
     if opt_in:
-        monkeypatch.setenv(A.SEMCONV_STABILITY_OPT_IN_ENV, opt_in)
+        monkeypatch.setenv(E.SEMCONV_STABILITY_OPT_IN_ENV, opt_in)
     S.settings.cache_clear()
     try:
         attributes = llm_span.request_attributes("chat", {"model": "m", "messages": []}, content=False)

@@ -10,6 +10,7 @@ import pytest
 from tracerl.instrumentation import capture_stats
 from tracerl_testing.scripted_server import POLICY_VERSION
 from tracerl.schemas import attributes as A
+from tracerl.schemas import environment as E
 from tracerl.schemas.tokens import decode
 
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
@@ -100,13 +101,13 @@ def test_upstream_errors_reach_the_agent_unchanged_and_are_not_counted_as_calls(
 def test_a_call_without_token_ids_is_marked_and_counted(spans, server, stats, monkeypatch):
     from tracerl.instrumentation import settings as S
 
-    monkeypatch.setenv("TRACERL_TOKEN_CAPTURE", "off")
+    monkeypatch.setenv(E.TOKEN_CAPTURE_ENV, "off")
     S.settings.cache_clear()
     try:
         client = openai.OpenAI(base_url=server.base_url, api_key="sk-x")
         client.chat.completions.create(model="m", messages=MESSAGES)
     finally:
-        monkeypatch.delenv("TRACERL_TOKEN_CAPTURE")
+        monkeypatch.delenv(E.TOKEN_CAPTURE_ENV)
         S.settings.cache_clear()
     assert A.VLLM_RETURN_TOKEN_IDS_FIELD not in server.calls[0].request
     (span,) = llm_spans(spans)
@@ -128,9 +129,9 @@ def test_hosted_apis_are_never_sent_vllm_fields():
 def test_tokens_are_packed_unless_arrays_are_asked_for(monkeypatch, value, expected):
     from tracerl.instrumentation import settings as S
 
-    monkeypatch.delenv("TRACERL_TOKEN_ENCODING", raising=False)
+    monkeypatch.delenv(E.TOKEN_ENCODING_ENV, raising=False)
     if value is not None:
-        monkeypatch.setenv("TRACERL_TOKEN_ENCODING", value)
+        monkeypatch.setenv(E.TOKEN_ENCODING_ENV, value)
     S.settings.cache_clear()
     try:
         assert S.settings().token_encoding == expected

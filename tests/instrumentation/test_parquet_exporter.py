@@ -17,6 +17,7 @@ from opentelemetry.trace import Link
 from tracerl.instrumentation.parquet_exporter import ParquetSpanExporter
 from tracerl.schemas import SPANS_SCHEMA
 from tracerl.schemas import attributes as A
+from tracerl.schemas import environment as E
 from tracerl.schemas.tokens import pack_ids
 
 
@@ -82,7 +83,7 @@ def test_a_span_with_corrupt_tokens_is_rejected_and_the_rest_is_written(tmp_path
 def test_data_dir_comes_from_the_environment(tmp_path: Path, monkeypatch):
     from tracerl.instrumentation.settings import settings
 
-    monkeypatch.setenv("TRACERL_DATA_DIR", str(tmp_path / "from-env"))
+    monkeypatch.setenv(E.DATA_DIR_ENV, str(tmp_path / "from-env"))
     settings.cache_clear()
     try:
         exporter = ParquetSpanExporter()
@@ -100,7 +101,7 @@ def test_an_unwritable_folder_is_a_failure_with_a_message(tmp_path: Path, caplog
     exporter = ParquetSpanExporter(blocker)
     exporter.export(finished_spans(lambda t: t.start_span("x").end()))
     assert exporter.force_flush() is False
-    assert "could not write 1 spans" in caplog.text and "TRACERL_DATA_DIR" in caplog.text
+    assert "could not write 1 spans" in caplog.text and E.DATA_DIR_ENV in caplog.text
 
 
 def test_spans_are_batched_into_files_by_rows_and_by_age(tmp_path: Path):

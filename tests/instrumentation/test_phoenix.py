@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tracerl.net import free_port
+from tracerl.core.net import free_port
 from tracerl_testing.installed import require
 
 pytestmark = pytest.mark.slow  # Phoenix takes ~15 s to start

@@ -10,6 +10,7 @@ import pytest
 from tracerl.instrumentation.privacy import ContentPolicy
 from tracerl.instrumentation.settings import SDK_DEFAULT, Settings, SettingsError
 from tracerl.schemas import attributes as A
+from tracerl.schemas import environment as E
 
 API_KEY = "sk-test-SECRETKEY0123456789abcdef"  # the key the conftest gives every agent
 
@@ -109,7 +110,7 @@ def test_a_bad_redaction_hook_is_named_in_the_error():
 def test_bad_settings_name_the_variable(monkeypatch):
     from tracerl.instrumentation import settings as S
 
-    for name, value in (("TRACERL_TOKEN_ENCODING", "zip"), ("TRACERL_CAPTURE_CONTENT", "maybe"), ("TRACERL_MAX_CONTENT_CHARS", "-1")):
+    for name, value in ((E.TOKEN_ENCODING_ENV, "zip"), (E.CAPTURE_CONTENT_ENV, "maybe"), (E.MAX_CONTENT_CHARS_ENV, "-1")):
         monkeypatch.setenv(name, value)
         S.settings.cache_clear()
         with pytest.raises(SettingsError, match=name):

@@ -1,7 +1,7 @@
 """The OpenTelemetry SDK internals tracerl relies on, probed on the installed SDK.
 
 When this fails after an SDK upgrade, the message names the SDK's version and each piece
-that changed: fix ``instrumentation/sdk_internals.py`` (the only module that touches them).
+that changed: fix ``src/tracerl/instrumentation/sdk_internals.py`` (the only module that touches them).
 Meanwhile capture still works, on the public paths (see each function's docstring).
 """
 

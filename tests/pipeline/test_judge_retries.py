@@ -1,6 +1,6 @@
 """``tracerl pipeline judge``'s retry rules and cache key, against real HTTP servers on loopback.
 
-Each rule of pipeline/README.md's table gets a judge that breaks it the way a real one does: a
+Each rule of src/tracerl/pipeline/README.md's table gets a judge that breaks it the way a real one does: a
 scripted judge behind a gate that answers chosen requests with an HTTP error (5xx, 429 with and
 without Retry-After, 400), ``tracerl_testing``'s scripted server refusing an unknown model (404),
 a call budget, a length limit. The gate counts every request, so each test says how many calls
@@ -30,7 +30,7 @@ from tracerl.pipeline.judge import RATE_LIMIT_WAIT_S, RETRY_AFTER_MAX_S, JudgeOp
 from tracerl.pipeline.judgment_log import JudgmentLog
 from tracerl.pipeline.options import BuildOptions
 from tracerl.schemas import attributes as A
-from tracerl.uvicorn_thread import serve_in_thread
+from tracerl.core.uvicorn_thread import serve_in_thread
 from tracerl_testing.judges import scripted_judge, trajectories
 from tracerl_testing.scripted_server import ScriptedServer
 from tracerl_testing.span_builders import episode_span, llm_call, tool_span, write_spans

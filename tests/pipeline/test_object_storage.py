@@ -19,7 +19,7 @@ from tracerl.cli import app
 from tracerl.pipeline import build_dataset, dataset_table, read_manifest
 from tracerl.schemas import attributes as A
 from tracerl.schemas import spans_table
-from tracerl.storage import write_parquet_atomic
+from tracerl.core.storage import write_parquet_atomic
 from tracerl_testing.loadgen import make_spans
 from tracerl_testing.span_builders import chat_episode
 

@@ -16,6 +16,7 @@ import pytest
 
 from tracerl_testing.scripted_server import running_scripted_server
 from tracerl.pipeline import build_dataset, dataset_table
+from tracerl.schemas import environment as E
 
 AGENT = """
 import os, openai, tracerl
@@ -36,7 +37,7 @@ for question, reward in (("2+2?", 1.0), ("3+3?", 0.0)):
 
 def test_captured_agent_runs_become_transitions_with_exact_tokens(tmp_path):
     with running_scripted_server() as server:
-        env = {**os.environ, "TRACERL_DATA_DIR": str(tmp_path / "data"), "BASE_URL": server.base_url}
+        env = {**os.environ, E.DATA_DIR_ENV: str(tmp_path / "data"), "BASE_URL": server.base_url}
         done = subprocess.run([sys.executable, "-c", AGENT], env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         truth = list(server.calls)

@@ -7,7 +7,7 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from tracerl.chat_template import template_prompt_ids
+from tracerl.core.chat_template import template_prompt_ids
 from tracerl.pipeline import PipelineInputError, build_dataset, dataset_table
 from tracerl.schemas import attributes as A
 from tracerl_testing.span_builders import episode_span, llm_call, reward_span, write_spans

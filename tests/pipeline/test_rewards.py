@@ -10,7 +10,7 @@ import pytest
 from tracerl.pipeline import PipelineInputError, build_dataset, dataset_table
 from tracerl.schemas import REWARDS_SCHEMA
 from tracerl.schemas import attributes as A
-from tracerl.storage import write_parquet_atomic
+from tracerl.core.storage import write_parquet_atomic
 from tracerl_testing.span_builders import episode_span, llm_call, reward_span, span, trace_of, write_spans
 
 

@@ -1,4 +1,4 @@
-"""The registry of relations (pipeline/tables.py) is what a real build creates and what each stage really reads.
+"""The registry of relations (src/tracerl/pipeline/tables.py) is what a real build creates and what each stage really reads.
 
 Each module's stages run on a fresh connection holding only the relations the registry lists as
 read by that module (copied from a real build); they must run and make what the registry says.
@@ -29,7 +29,7 @@ from tracerl.pipeline.writer import WriteTally, dataset_tables
 from tracerl.schemas import DATASET_SCHEMA
 from tracerl_testing.span_builders import episode_span, llm_call, reward_span, tool_span, write_spans
 
-README = Path(__file__).parents[2] / "pipeline" / "README.md"
+README = Path(__file__).parents[2] / "src" / "tracerl" / "pipeline" / "README.md"
 
 
 def _relations(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
@@ -139,4 +139,4 @@ def test_readers_outside_the_build_and_makers_name_the_relation(relation):
 def test_the_readme_shows_the_registry():
     text = README.read_text()
     shown = text.split("<!-- relations: python -m tracerl.pipeline.tables -->\n", 1)[1].split("<!-- /relations -->", 1)[0]
-    assert shown == markdown(), "pipeline/README.md is out of date: paste `python -m tracerl.pipeline.tables` there"
+    assert shown == markdown(), "src/tracerl/pipeline/README.md is out of date: paste `python -m tracerl.pipeline.tables` there"

@@ -31,6 +31,7 @@ from tracerl.pipeline.messages import chat_messages
 from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.writer import call_messages
 from tracerl.schemas import attributes as A
+from tracerl.schemas import environment as E
 from tracerl.trainer.serving.app import running_server
 from tracerl.trainer.tiny_model import ensure_tiny_model
 from tracerl_testing.installed import require
@@ -82,10 +83,10 @@ if which == "openai-v2":
 # (instrumentation, environment of its content capture, the content layout the pipeline finds)
 CASES = [
     ("openai-v2", {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "EVENT_ONLY",
-                   "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental"}, "gen_ai.log"),
+                   E.SEMCONV_STABILITY_OPT_IN_ENV: "gen_ai_latest_experimental"}, "gen_ai.log"),
     ("openai-v2", {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY",
-                   "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental"}, "gen_ai.messages"),
-    ("openllmetry", {"TRACELOOP_TRACE_CONTENT": "true"}, "gen_ai.messages"),  # 0.62 writes the GenAI 1.37+ attributes
+                   E.SEMCONV_STABILITY_OPT_IN_ENV: "gen_ai_latest_experimental"}, "gen_ai.messages"),
+    ("openllmetry", {E.TRACELOOP_TRACE_CONTENT_ENV: "true"}, "gen_ai.messages"),  # 0.62 writes the GenAI 1.37+ attributes
     ("openinference", {}, "openinference"),
 ]
 

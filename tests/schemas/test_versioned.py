@@ -10,7 +10,7 @@ from tracerl.schemas.dataset import DATASET_SCHEMA, DATASET_SCHEMA_VERSION
 from tracerl.schemas.logs import LOGS_SCHEMA, LOGS_SCHEMA_VERSION
 from tracerl.schemas.rewards import REWARDS_SCHEMA, REWARDS_SCHEMA_VERSION
 from tracerl.schemas.spans import SPANS_SCHEMA, SPANS_SCHEMA_VERSION
-from tracerl.storage import write_parquet_atomic
+from tracerl.core.storage import write_parquet_atomic
 
 
 @pytest.mark.parametrize(

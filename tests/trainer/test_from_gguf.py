@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tracerl.schemas import environment as E
 from tracerl.trainer.from_gguf import GgufError, gguf_folder, inspect_gguf, resolve_source
 
 pytestmark = pytest.mark.slow
@@ -39,9 +40,8 @@ def test_the_folder_gives_the_ggufs_logits_with_an_untied_head_and_a_template_th
 
 
 def test_a_second_call_returns_the_cached_folder_at_once(smollm2_folder: Path, monkeypatch: pytest.MonkeyPatch):
-    from tracerl.trainer.from_gguf import CACHE_ENV
 
-    monkeypatch.setenv(CACHE_ENV, str(smollm2_folder.parents[1]))  # the cache the fixture converted into: CACHE/models/NAME
+    monkeypatch.setenv(E.CACHE_DIR_ENV, str(smollm2_folder.parents[1]))  # the cache the fixture converted into: CACHE/models/NAME
     began = time.perf_counter()
     again = gguf_folder(chat_template="hermes")
     assert again.cached and again.path == smollm2_folder

@@ -9,7 +9,7 @@ import pytest
 from tracerl.trainer.publish import BuiltinServer, PublishError, publish, target_for
 from tracerl.trainer.serving.app import running_server
 from tracerl.trainer.tiny_model import build_tiny_model
-from tracerl.net import free_port
+from tracerl.core.net import free_port
 
 
 def _served_version(server) -> int:

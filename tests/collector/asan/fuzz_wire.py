@@ -1,6 +1,6 @@
 """Fuzz the collector's C wire decoder with a sanitizer build of it (started by ``run.sh``).
 
-``run.sh`` compiles ``collector/otlp_wire.c`` with ``-fsanitize=address,undefined`` and runs
+``run.sh`` compiles ``src/tracerl/collector/otlp_wire.c`` with ``-fsanitize=address,undefined`` and runs
 this file with the sanitizer runtimes preloaded. It puts that build in the place of the
 installed extension (``tracerl.collector._otlp_wire``) before anything imports the
 collector, checks that the collector's column builder holds it, and then either:

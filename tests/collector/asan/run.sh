@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzz the collector's C wire decoder (collector/otlp_wire.c) under AddressSanitizer and UBSan.
+# Fuzz the collector's C wire decoder (src/tracerl/collector/otlp_wire.c) under AddressSanitizer and UBSan.
 #
 #   tests/collector/asan/run.sh [BODIES] [SEED]     # defaults: 500000 mutated bodies, seed 0
 #
@@ -23,7 +23,7 @@ SUFFIX="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SU
 MODULE="$BUILD/_otlp_wire$SUFFIX"
 gcc -shared -fPIC -O1 -g -fno-omit-frame-pointer -Wall \
     -fsanitize=address,undefined -fno-sanitize-recover=all \
-    -I"$INCLUDE" "$ROOT/collector/otlp_wire.c" -o "$MODULE"
+    -I"$INCLUDE" "$ROOT/src/tracerl/collector/otlp_wire.c" -o "$MODULE"
 nm -D "$MODULE" | grep -q __asan_report_load || { echo "error: $MODULE is not instrumented by ASan" >&2; exit 2; }
 echo "built $MODULE with $(gcc --version | head -1): -O1 -fsanitize=address,undefined -fno-sanitize-recover=all"
 

@@ -8,12 +8,13 @@ import pytest
 
 from examples.rag import task as rag
 from examples.rag.recipe import warm_start
+from tracerl.schemas import environment as E
 from tracerl.trainer.serving import tool_parser
 
 
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRACERL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv(E.CACHE_DIR_ENV, str(tmp_path / "cache"))
 
 
 def test_warm_start_searches_random_titles_and_answers_random_answers_on_training_tasks():

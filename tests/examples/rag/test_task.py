@@ -9,13 +9,15 @@ import pytest
 
 from examples.rag import task as rag
 
+from tracerl.schemas import environment as E
+
 SAMPLE = Path(__file__).parent / "data" / "musique_sample.jsonl"  # three lines in MuSiQue's format
 
 
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
     """Corpus indexes are written under the test's own cache folder."""
-    monkeypatch.setenv("TRACERL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv(E.CACHE_DIR_ENV, str(tmp_path / "cache"))
 
 
 def test_every_question_needs_two_searches_and_the_first_alone_misleads():

@@ -10,10 +10,12 @@ import pytest
 from examples.sql import task as sql
 from examples.sql.recipe import column_preferences, kept_format, tasks, warm_start
 
+from tracerl.schemas import environment as E
+
 
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRACERL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv(E.CACHE_DIR_ENV, str(tmp_path / "cache"))
 
 
 def user_question(messages: list[dict]) -> str:

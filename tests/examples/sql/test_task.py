@@ -12,13 +12,15 @@ import pytest
 
 from examples.sql import task as sql
 
+from tracerl.schemas import environment as E
+
 DATA = Path(__file__).parent / "data"  # a tiny tree in Spider's layout: dev.json, database/<db_id>/<db_id>.sqlite
 
 
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
     """The local databases are written under the test's own cache folder."""
-    monkeypatch.setenv("TRACERL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv(E.CACHE_DIR_ENV, str(tmp_path / "cache"))
 
 
 def test_local_tasks_are_seeded_disjoint_and_each_gold_query_returns_one_value():

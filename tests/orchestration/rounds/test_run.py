@@ -12,7 +12,7 @@ from tracerl.orchestration.rounds.lock import round_lock
 from tracerl.orchestration.rounds.registry import PolicyRegistry
 from tracerl.trainer.serving.app import running_server
 from tracerl.trainer.training.checkpoint import read_checkpoint_manifest
-from tracerl.net import free_port
+from tracerl.core.net import free_port
 from tracerl_testing.span_builders import episode_span, llm_call, reward_span, write_spans
 
 

@@ -8,7 +8,7 @@ import time
 
 import httpx
 
-from tracerl.net import free_port
+from tracerl.core.net import free_port
 
 
 def test_tracerl_serve_answers_chat_and_stops_cleanly(tmp_path):

@@ -11,7 +11,7 @@ import httpx
 
 from tracerl.schemas import DATASET_SCHEMA_VERSION
 from tracerl.trainer.serving.app import running_server
-from tracerl.net import free_port
+from tracerl.core.net import free_port
 
 ROWS = [
     {"prompt_token_ids": [10, 11, 12], "response_token_ids": [20 + i % 2, 5], "response_logprobs": None, "advantage": 1.0 if i % 2 else -1.0}

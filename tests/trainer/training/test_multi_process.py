@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tracerl.net import free_port
+from tracerl.core.net import free_port
 from tracerl.trainer.serving.app import running_server
 from tracerl_testing.installed import require_openrlhf
 from tracerl_testing.processes import lone_process_env
@@ -50,7 +50,7 @@ def dataset(tmp_path_factory, write_dataset):
 
 
 def _launcher(name: str) -> list[str]:
-    """The command that starts ``python -m tracerl`` in 2 processes, as trainer/README.md gives it."""
+    """The command that starts ``python -m tracerl`` in 2 processes, as src/tracerl/trainer/README.md gives it."""
     bin_dir = str(Path(sys.executable).parent)
     if name == "torchrun":
         return [shutil.which("torchrun", path=bin_dir), "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "tracerl"]

@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM
 
 from tracerl.trainer.serving.vllm_process import running_vllm
 from tracerl.trainer.tiny_model import build_tiny_model
-from tracerl.net import free_port
+from tracerl.core.net import free_port
 from tracerl_testing.peft_adapter_runner import run_peft_adapter
 
 LORA_RANK = 8

@@ -26,7 +26,7 @@ from tracerl.orchestration.loop.recipe import POLICY_MODEL_NAME
 from tracerl.orchestration.loop.warm_start import starting_policy
 from tracerl.trainer.publish import VllmReload, publish
 from tracerl.trainer.training.config import TrainConfig
-from tracerl.uvicorn_thread import serve_in_thread
+from tracerl.core.uvicorn_thread import serve_in_thread
 
 from .conftest import greedy_chat, transformers_greedy, transformers_logprobs
 

@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from tracerl.trainer.publish import PublishError, VllmLora, VllmReload, publish
 from tracerl.trainer.tiny_model import build_tiny_model
-from tracerl.uvicorn_thread import serve_in_thread
+from tracerl.core.uvicorn_thread import serve_in_thread
 from tracerl_testing.peft_adapter_runner import run_peft_adapter
 from tracerl_testing.vllm_replies import lora_not_enabled_server
 

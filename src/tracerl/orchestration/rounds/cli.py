@@ -1,0 +1,319 @@
+"""``tracerl train run``, ``tracerl train loop`` and ``tracerl policy list | show | rollback``.
+
+``train run`` prints one JSON line on stdout (phases go to stderr) and exits with a code a
+scheduler can alert on (:data:`EXIT_CODES`, documented in src/tracerl/trainer/README.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import re
+import signal
+import sys
+import threading
+import time
+import traceback
+import typing
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from tracerl.core.commands import command_group
+from tracerl.trainer.publish import BuiltinServer
+from tracerl.orchestration.rounds.config import Endpoint, RoundConfig, RoundConfigError, load_config
+from tracerl.trainer.training.options import pop_training_overrides, training_parameters
+
+# status -> exit code: 0 nothing to alert on; the others each mean one thing to look at
+EXIT_CODES = {
+    "trained": 0,  # a new version trained, published and recorded
+    "idle": 0,  # fewer new episodes than min_episodes: nothing to do
+    "stopped": 0,  # train loop: stopped by SIGTERM between phases
+    "failed": 1,  # building or training failed (the message says why); the next run redoes the round
+    "config_error": 2,  # bad options or config file
+    "locked": 3,  # another round holds the lock (a round longer than the schedule's period?)
+    "publish_failed": 4,  # trained, not served: the next run publishes the same checkpoint again
+    "report_failed": 5,  # recorded and served, but report.html was not refreshed
+    "held": 6,  # the gate held the checkpoint back: it scored worse than the served policy (not published)
+    "skipped": 0,  # no row of the round could be trained on (all older than max_policy_lag, or empty responses): its files set aside (registry "skipped"), no version made
+}
+
+_CONFIG = typer.Option(None, "--config", "-c", help="TOML file of the round (src/tracerl/orchestration/rounds/config.py shows every key).")
+_STATE = typer.Option(None, "--state", help="The rounds' folder: dataset, checkpoints, registry, lock, report.")
+
+
+def _phase(name: str) -> None:
+    print(f"tracerl round: {name}", file=sys.stderr, flush=True)
+
+
+def _emit(summary: dict[str, Any]) -> int:
+    typer.echo(json.dumps(summary))
+    return EXIT_CODES[summary["status"]]
+
+
+def _config_from_options(config: Path | None, **options: Any) -> RoundConfig:
+    """The round's configuration: the file, the round options on top, then the training options (training/options.py)."""
+    import dataclasses
+
+    training = pop_training_overrides(options)
+    endpoints = options.pop("endpoint") or []
+    kind = options.pop("endpoint_kind")
+    options["endpoints"] = [Endpoint(url, kind) for url in endpoints] or None
+    options["splits"] = tuple(options.pop("split")) or None
+    if options.get("policy"):
+        from tracerl.pipeline.options import parse_policies
+        from tracerl.pipeline.source import PipelineInputError
+
+        try:
+            options["policies"] = parse_policies(options["policy"])
+        except PipelineInputError as exc:
+            raise RoundConfigError(f"--policy: {exc}") from None
+    options.pop("policy", None)
+    cfg = load_config(config, **options)
+    try:
+        backend, train, openrlhf = training.apply(cfg.backend, cfg.train, cfg.openrlhf)
+    except typer.BadParameter as exc:
+        raise RoundConfigError(f"{exc.param_hint}: {exc.message}") from None
+    cfg = dataclasses.replace(cfg, backend=backend, train=train, openrlhf=openrlhf)
+    cfg.check_servable()
+    return cfg
+
+
+def one_round(cfg: RoundConfig, should_stop: Any = lambda: False) -> dict[str, Any]:
+    """Run one round under the lock; its summary, whatever happened (never raises but for RoundStopped)."""
+    from tracerl.orchestration.rounds.lock import RoundLocked, round_lock
+    from tracerl.orchestration.rounds.errors import RoundFailed, RoundStopped
+    from tracerl.orchestration.rounds.round import run_round
+
+    try:
+        # stdout is the JSON line alone: what libraries print there (DeepSpeed's logger binds
+        # sys.stdout when first imported) goes to stderr with the phases
+        with round_lock(cfg.state), contextlib.redirect_stdout(sys.stderr):
+            return run_round(cfg, on_phase=_phase, should_stop=should_stop).as_dict()
+    except RoundLocked as exc:
+        return {"status": "locked", "reason": str(exc)}
+    except RoundFailed as exc:
+        return {"status": exc.status, "reason": str(exc)}
+    except RoundStopped:
+        raise
+    except Exception as exc:  # the scheduler gets a status and a reason, the log the traceback
+        traceback.print_exc()
+        return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+
+
+def run(
+    config: Optional[Path] = _CONFIG,
+    spans: Optional[str] = typer.Option(None, "--spans", help="What the collector writes: a data dir or a URI (s3://...)."),
+    state: Optional[Path] = _STATE,
+    model: Optional[Path] = typer.Option(None, "--model", help="The starting policy (its first version)."),
+    min_episodes: Optional[int] = typer.Option(None, "--min-episodes", min=1, help="Fewer new episodes: exit 0, nothing done."),
+    max_policy_lag: Optional[int] = typer.Option(None, "--max-policy-lag", min=0, metavar="K", help="Skip rows sampled more than K versions back."),
+    split: list[str] = typer.Option([], "--split", help="Train on episodes of this split (repeatable)."),
+    agents: Optional[str] = typer.Option(None, "--agents", help="Train these agents' calls (build-dataset --agents)."),
+    policy: list[str] = typer.Option(
+        [], "--policy", help="NAME=AGENT[,AGENT...]: a LoRA adapter of its own for these agents, in STATE/NAME (repeatable; replaces [policies])."),
+    endpoint: list[str] = typer.Option([], "--endpoint", help="Publish to this endpoint (repeatable; replaces the file's)."),
+    endpoint_kind: str = typer.Option(BuiltinServer.kind, "--endpoint-kind", help="What serves at --endpoint."),
+    eval_command: Optional[str] = typer.Option(None, "--eval", help="Gate: a command printing a checkpoint's held-out reward ({checkpoint} replaced)."),
+    gate_margin: Optional[float] = typer.Option(None, "--gate-margin", min=0.0, help="Gate: hold a checkpoint scoring worse than the served one by more."),
+    keep_checkpoints: Optional[int] = typer.Option(
+        None, "--keep-checkpoints", min=0, help="Newest versions whose weights stay, besides the served and pinned ones (0: all; default 2)."),
+    **training: Any,
+) -> None:
+    """One scheduled round, then exit: new episodes -> dataset -> train -> publish -> record -> report."""
+    try:
+        cfg = _config_from_options(config, spans=spans, state=state, model=model, min_episodes=min_episodes, max_policy_lag=max_policy_lag,
+                                   split=split, agents=agents, policy=policy, endpoint=endpoint, endpoint_kind=endpoint_kind,
+                                   eval_command=eval_command, gate_margin=gate_margin, keep_checkpoints=keep_checkpoints, **training)
+    except RoundConfigError as exc:
+        raise typer.Exit(_emit({"status": "config_error", "reason": str(exc)})) from None
+    raise typer.Exit(_emit(one_round(cfg)))
+
+
+def parse_period(text: str) -> float:
+    """``10m`` -> 600.0 (s, m, h; a bare number is seconds)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not match:
+        raise typer.BadParameter(f"{text!r} is not a period: write e.g. 30s, 10m or 1h", param_hint="--every")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+def loop(every: str, **options: Any) -> None:
+    """`train run` every period, one JSON line per round; SIGTERM or Ctrl-C stops it between phases (exit 0)."""
+    from tracerl.orchestration.rounds.errors import RoundStopped
+
+    period = parse_period(every)
+    try:
+        cfg = _config_from_options(**options)
+    except RoundConfigError as exc:
+        raise typer.Exit(_emit({"status": "config_error", "reason": str(exc)})) from None
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            _emit(one_round(cfg, should_stop=stop.is_set))
+        except RoundStopped as exc:
+            _emit({"status": "stopped", "reason": str(exc)})
+            return
+        stop.wait(max(0.0, period - (time.monotonic() - started)))
+    _emit({"status": "stopped", "reason": "stopped between rounds"})
+
+
+# loop takes --every and every option of run (one list of options, one meaning)
+loop.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+    inspect.Parameter("every", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                      default=typer.Option(..., "--every", help="Start a round this often (30s, 10m, 1h)."), annotation=str),
+    *(p.replace(annotation=typing.get_type_hints(run)[p.name]) for p in inspect.signature(run).parameters.values() if p.kind != p.VAR_KEYWORD),
+    *training_parameters(),
+])
+# run takes every training option too (the same as `tracerl train`'s)
+run.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+    *(p.replace(annotation=typing.get_type_hints(run)[p.name]) for p in inspect.signature(run).parameters.values() if p.kind != p.VAR_KEYWORD),
+    *training_parameters(),
+])
+
+
+policy_app = command_group(no_args_is_help=True, help="The policy registry: versions, their data, where they are served.")
+
+
+_POLICY = typer.Option(None, "--policy", help="Which policy, where the folder holds several (a subfolder each).")
+
+
+def _registry(config: Path | None, state: Path | None, policy: str | None = None) -> Any:
+    from tracerl.orchestration.rounds.registry import PolicyRegistry
+
+    return PolicyRegistry(_state_of(config, state, policy))
+
+
+def policy_folders(folder: Path) -> dict[str, Path]:
+    """The policy registries of ``folder``: itself when it holds one (named ''), else each subfolder that holds
+    one (a policy per agent group: the loop's ``OUT/policy/NAME``, a round's ``STATE/NAME``)."""
+    from tracerl.orchestration.rounds.registry import REGISTRY_FILE
+
+    if (folder / REGISTRY_FILE).is_file() or not folder.is_dir():
+        return {"": folder}
+    found = {sub.name: sub for sub in sorted(folder.iterdir()) if (sub / REGISTRY_FILE).is_file()}
+    return found or {"": folder}
+
+
+def _root(config: Path | None, state: Path | None) -> Path:
+    """The folder given: --state, else the config file's state."""
+    if state is not None:
+        return state
+    if config is None:
+        raise typer.BadParameter("give --state STATE or --config FILE (the one `tracerl train run` uses)", param_hint="--state")
+    try:
+        return load_config(config).state
+    except RoundConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--config") from None
+
+
+def _state_of(config: Path | None, state: Path | None, policy: str | None = None) -> Path:
+    """One policy's folder: the folder given, or its subfolder ``policy`` where it holds several."""
+    state = _root(config, state)
+    folders = policy_folders(state)
+    if policy is None and len(folders) > 1:
+        raise typer.BadParameter(f"{state} holds several policies ({', '.join(folders)}): add --policy NAME", param_hint="--policy")
+    if policy is not None and policy not in folders:
+        known = ", ".join(name for name in folders if name) or "one, unnamed: leave --policy out"
+        raise typer.BadParameter(f"no policy {policy!r} in {state} (policies: {known})", param_hint="--policy")
+    return folders[policy or next(iter(folders))]
+
+
+@policy_app.command("list")
+def list_policies(config: Optional[Path] = _CONFIG, state: Optional[Path] = _STATE, policy: Optional[str] = _POLICY) -> None:
+    """One line per version: version, kind, parent, episodes, loss, where it is served (each policy's, where there are several)."""
+    from tracerl.orchestration.rounds.registry import PolicyRegistry, RegistryError
+    from tracerl.trainer.training.checkpoint import has_weights
+
+    folders = {policy: _state_of(config, state, policy)} if policy else policy_folders(_root(config, state))
+    try:
+        tables = {name: PolicyRegistry(path).entries() for name, path in folders.items()}
+    except RegistryError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--state") from None
+    named = any(tables)
+    typer.echo(f"{'policy  ' if named else ''}{'version':>7}  {'kind':<8}  {'parent':>6}  {'episodes':>8}  {'loss':>10}  {'weights':<8}  {'recorded':<25}  published")
+    for name, entries in tables.items():
+        for e in entries:
+            loss = (e.get("metrics") or {}).get("loss")
+            where = ", ".join(f"{p['endpoint']} as {p['policy_version']}" for p in e.get("published", [])) or "-"
+            weights = "pinned" if e.get("pinned") else ("kept" if e["kind"] == "base" or has_weights(Path(e["checkpoint"])) else "pruned")
+            typer.echo(f"{f'{name:<6}  ' if named else ''}{e['version']:>7}  {e['kind']:<8}  {e['parent'] if e['parent'] is not None else '-':>6}  "
+                       f"{len(e.get('episodes', [])):>8}  {'-' if loss is None else f'{loss:.4g}':>10}  {weights:<8}  {e['recorded_at']:<25}  {where}")
+
+
+@policy_app.command("show")
+def show_policy(
+    version: int = typer.Argument(...), config: Optional[Path] = _CONFIG, state: Optional[Path] = _STATE, policy: Optional[str] = _POLICY,
+) -> None:
+    """Everything recorded about VERSION, as JSON."""
+    from tracerl.orchestration.rounds.registry import RegistryError
+
+    try:
+        typer.echo(json.dumps(_registry(config, state, policy).get(version), indent=2))
+    except RegistryError as exc:
+        raise typer.BadParameter(str(exc), param_hint="VERSION") from None
+
+
+@policy_app.command("pin")
+def pin_policy(
+    version: int = typer.Argument(..., help="The version whose weights to keep."),
+    config: Optional[Path] = _CONFIG,
+    state: Optional[Path] = _STATE,
+    unpin: bool = typer.Option(False, "--unpin", help="Let keep_checkpoints prune it again."),
+    policy: Optional[str] = _POLICY,
+) -> None:
+    """Keep VERSION's weights whatever keep_checkpoints says (a version you may roll back to); one JSON line."""
+    from tracerl.orchestration.rounds.lock import RoundLocked, round_lock
+    from tracerl.orchestration.rounds.registry import RegistryError
+
+    folder = _state_of(config, state, policy)
+    try:
+        with round_lock(_root(config, state)):  # a round rewrites the registry too
+            entry = _registry(None, folder).set_pinned(version, not unpin)
+    except RoundLocked as exc:
+        raise typer.Exit(_emit({"status": "locked", "reason": str(exc)})) from None
+    except RegistryError as exc:
+        raise typer.BadParameter(str(exc), param_hint="VERSION") from None
+    typer.echo(json.dumps({"status": "pinned" if entry["pinned"] else "unpinned", "version": version, "checkpoint": entry["checkpoint"]}))
+
+
+@policy_app.command("rollback")
+def rollback_policy(
+    version: int = typer.Argument(..., help="The version to serve again."),
+    config: Optional[Path] = _CONFIG,
+    state: Optional[Path] = _STATE,
+    endpoint: list[str] = typer.Option([], "--endpoint", help="Publish here (default: the config file's endpoints)."),
+    endpoint_kind: str = typer.Option(BuiltinServer.kind, "--endpoint-kind"),
+    policy: Optional[str] = _POLICY,
+) -> None:
+    """Publish VERSION's checkpoint again as a new version (so spans stay unambiguous); one JSON line.
+    With several policies, --policy NAME rolls back that one's adapter; the others keep theirs."""
+    from tracerl.orchestration.rounds.lock import RoundLocked, round_lock
+    from tracerl.orchestration.rounds.registry import RegistryError
+    from tracerl.orchestration.rounds.rollback import rollback
+    from tracerl.orchestration.rounds.errors import RoundFailed
+
+    folder = _state_of(config, state, policy)
+    endpoints = tuple(Endpoint(url, endpoint_kind) for url in endpoint) or (load_config(config).endpoints if config else ())
+    try:
+        with round_lock(_root(config, state)):
+            entry = rollback(folder, version, endpoints, policy)
+    except RoundLocked as exc:
+        raise typer.Exit(_emit({"status": "locked", "reason": str(exc)})) from None
+    except RegistryError as exc:
+        raise typer.Exit(_emit({"status": "config_error", "reason": str(exc)})) from None
+    except RoundFailed as exc:
+        raise typer.Exit(_emit({"status": exc.status, "reason": str(exc)})) from None
+    typer.echo(json.dumps({"status": "rolled_back", **entry}))
+
+
+def register(app: typer.Typer, train_group: typer.Typer) -> None:
+    """Add ``run`` and ``loop`` to ``tracerl train`` and the ``policy`` group to ``app``."""
+    train_group.command("run")(run)
+    train_group.command("loop")(loop)
+    app.add_typer(policy_app, name="policy")

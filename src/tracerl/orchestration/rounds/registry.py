@@ -1,0 +1,102 @@
+"""The policy registry: which data made which policy, and where and when it was served.
+
+One JSON file next to the checkpoints (``STATE/registry.json``), rewritten whole (written
+beside, fsynced, renamed) each time a version is recorded, so a reader or a job killed
+mid-write sees the old table or the new one. Each entry is a policy version:
+
+- ``version``, ``kind`` (``base``: the starting policy; ``trained``: a round; ``rollback``: an
+  older checkpoint published again as a new version, so spans stay unambiguous), ``parent``
+  (the version it was trained from or rolled back to), ``checkpoint``;
+- for trained versions: ``dataset`` (the round's folder, its files, the build manifest),
+  ``episodes`` (id and the policy versions that sampled it), ``metrics``, ``skipped``;
+- ``published``: each endpoint, the version it serves it as, how long it took and when;
+  ``recorded_at``; ``pinned`` (``tracerl policy pin``): its weights are kept whatever
+  ``keep_checkpoints`` says; with an eval command, ``eval_reward`` and the ``gate`` decision (a version it
+  held back was never published; the next round trains from the one before).
+
+The episodes a version trained on are its files' episodes; the files every version
+claimed are the watermark of the next round (:mod:`tracerl.orchestration.rounds.round`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tracerl.core.storage import fsync_dir, fsync_file
+
+REGISTRY_FILE = "registry.json"
+
+
+class RegistryError(ValueError):
+    """The registry cannot answer; the message says what to do."""
+
+
+class PolicyRegistry:
+    def __init__(self, state: Path) -> None:
+        self.path = Path(state) / REGISTRY_FILE
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every recorded version, oldest first."""
+        if not self.path.is_file():
+            return []
+        try:
+            return json.loads(self.path.read_text(encoding="utf-8"))["policies"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RegistryError(f"{self.path} is not a policy registry ({exc}); restore it from a backup") from None
+
+    def latest(self) -> dict[str, Any] | None:
+        entries = self.entries()
+        return entries[-1] if entries else None
+
+    def current(self) -> dict[str, Any] | None:
+        """The newest version the gate did not hold back: what is served, and what the next round trains."""
+        served = [e for e in self.entries() if not (e.get("gate") or {}).get("held")]
+        return served[-1] if served else None
+
+    def get(self, version: int) -> dict[str, Any]:
+        for entry in self.entries():
+            if entry["version"] == version:
+                return entry
+        known = ", ".join(str(e["version"]) for e in self.entries()) or "none yet"
+        raise RegistryError(f"no policy version {version} in {self.path} (versions: {known}; see `tracerl policy list`)")
+
+    def skipped(self) -> list[dict[str, Any]]:
+        """Rounds that had nothing to train on (rows too stale, empty responses), oldest first: their files, why, when."""
+        if not self.path.is_file():
+            return []
+        return json.loads(self.path.read_text(encoding="utf-8")).get("skipped", [])
+
+    def claimed_files(self) -> set[str]:
+        """Names of the dataset files some recorded version trained on, or a skipped round set aside."""
+        trained = {name for entry in self.entries() for name in (entry.get("dataset") or {}).get("files", [])}
+        return trained | {name for record in self.skipped() for name in record.get("files", [])}
+
+    def record_skip(self, record: dict[str, Any]) -> None:
+        """Set a round's files aside (no version is made): the next round does not meet them again."""
+        self._write(self.entries(), [*self.skipped(), record])
+
+    def set_pinned(self, version: int, pinned: bool) -> dict[str, Any]:
+        """Mark ``version`` as kept (or no longer) when old checkpoints are pruned; returns its entry."""
+        self.get(version)  # names the versions there are if it is not one
+        entries = [{**e, "pinned": pinned} if e["version"] == version else e for e in self.entries()]
+        self._write(entries, self.skipped())
+        return next(e for e in entries if e["version"] == version)
+
+    def append(self, entry: dict[str, Any]) -> None:
+        """Record ``entry`` as the newest version (its ``version`` must follow the latest's)."""
+        entries = self.entries()
+        if entries and entry["version"] != entries[-1]["version"] + 1:
+            raise RegistryError(f"version {entry['version']} does not follow {entries[-1]['version']} in {self.path}")
+        self._write([*entries, entry], self.skipped())
+
+    def _write(self, entries: list[dict[str, Any]], skipped: list[dict[str, Any]]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_name(f".{self.path.name}.partial")
+        body = {"policies": entries, **({"skipped": skipped} if skipped else {})}
+        partial.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
+        fsync_file(partial)
+        os.replace(partial, self.path)
+        fsync_dir(self.path.parent)

@@ -1,0 +1,370 @@
+"""One scheduled round: new episodes -> dataset -> train -> publish -> record -> report.
+
+The state folder (``RoundConfig.state``)::
+
+    STATE/lock                   held (flock) while a round or a rollback runs
+    STATE/dataset/               the incremental dataset of every episode built so far
+    STATE/rounds/vN/dataset/     round N's transitions: hard links to the dataset's files no version claimed yet
+    STATE/policies/vN/           round N's checkpoint (tracerl_checkpoint.json inside)
+    STATE/registry.json          the recorded versions (:mod:`tracerl.orchestration.rounds.registry`)
+    STATE/metrics.jsonl          one row per trained version, from the registry (the report's --runs)
+    STATE/report.html            refreshed after each round
+
+**Watermark.** An episode is built once: the incremental build skips episodes already in
+``STATE/dataset`` (the pipeline's own watermark). A round trains on the dataset files that
+no recorded version claims, and recording a version claims them. So no episode is trained
+on by two versions, and an episode built by a round that then died is trained by the next.
+
+**Crash safety.** Every step ends in one atomic rename, and a run starts from whatever the
+last one left, under the lock:
+
+- no ``rounds/vN``: build, then plan round N (the unclaimed files, linked into a hidden
+  folder renamed into place). Killed while building: the files written are unclaimed and
+  the next round takes them;
+- ``rounds/vN`` but no ``policies/vN``: train (again) on exactly that plan. The checkpoint
+  is renamed into place whole, so killed while training or saving, there is none;
+- ``policies/vN`` exists: never trained again (it may already be served as version N), only
+  published: publishing the same checkpoint as the same version again is harmless;
+- recorded: the registry's rename claims the files; ``metrics.jsonl`` and the report are
+  derived, rewritten by the next round if this one dies before them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from tracerl.pipeline.dataset_folder import MANIFEST, transition_files
+from tracerl.schemas import attributes as A
+from tracerl.core.storage import fsync_dir
+from tracerl.orchestration.rounds.config import Endpoint, RoundConfig
+from tracerl.orchestration.rounds.errors import RoundFailed, RoundStopped
+from tracerl.orchestration.rounds.gate import gate
+from tracerl.orchestration.rounds.registry import PolicyRegistry
+from tracerl.trainer.publish import PublishResult
+from tracerl.trainer.training.checkpoint import prune_checkpoints, read_checkpoint_manifest
+
+
+@dataclass(frozen=True)
+class StateFolder:
+    root: Path
+    shared_dataset: Path | None = None  # several policies: each has STATE/NAME, all share STATE/dataset
+
+    @property
+    def dataset(self) -> Path:
+        return self.shared_dataset or self.root / "dataset"
+
+    def round_dataset(self, version: int) -> Path:
+        return self.root / "rounds" / f"v{version:04d}" / "dataset"
+
+    def checkpoint(self, version: int) -> Path:
+        return self.root / "policies" / f"v{version:04d}"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / A.RUN_METRICS_FILE
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.html"
+
+    def remove_partials(self) -> None:
+        """What killed jobs leave half-written: hidden folders and files beside their final names."""
+        for pattern in ("dataset/.duckdb-*", "dataset/.*.tmp", "rounds/*/.*.partial", "policies/.*.tmp-*", "policies/.*.old-*"):
+            for path in self.root.glob(pattern):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+@dataclass
+class RoundSummary:
+    """The one JSON line a scheduler reads (``status`` and the exit code in src/tracerl/orchestration/rounds/cli.py)."""
+
+    status: str = "idle"
+    version: int | None = None
+    parent: int | None = None
+    reason: str | None = None
+    resumed: str | None = None  # the phase a run continued an unfinished round from
+    episodes: int = 0
+    transitions: int = 0
+    checkpoint: str | None = None
+    metrics: dict[str, Any] | None = None
+    published: list[dict[str, Any]] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # per phase
+    gate: dict[str, Any] | None = None  # the gate's scores and decision, when there is an eval command
+
+    policies: dict[str, dict[str, Any]] | None = None  # several policies: each one's summary
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None and v != [] and v != {}}
+
+
+# a round of several policies reports the most serious of their statuses
+_SEVERITY = ("idle", "skipped", "trained", "held", "report_failed", "publish_failed", "failed")
+
+
+def ensure_base(registry: PolicyRegistry, config: RoundConfig) -> dict[str, Any]:
+    """The registry's newest version, recording the starting policy as the first one if it is empty."""
+    latest = registry.latest()
+    if latest is None:
+        latest = {"version": config.base_version, "kind": "base", "parent": None, "checkpoint": str(config.model.resolve()),
+                  "published": [], "recorded_at": utc_now()}
+        registry.append(latest)
+    return latest
+
+
+def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda phase: None,
+              should_stop: Callable[[], bool] = lambda: False) -> RoundSummary:
+    """Run (or finish) one round; the caller holds the state folder's lock.
+
+    With ``config.policies``, the new spans are built once (``STATE/dataset``) and each
+    policy then runs its round in ``STATE/NAME`` on its own rows: its plan, training,
+    publish (its adapter, by its name), registry and metrics. One policy's failure is its
+    own: the others go on, and the summary holds each one's, its status the most serious.
+    """
+    if not config.policies:
+        summary = policy_round(config, StateFolder(config.state), None, on_phase, should_stop)
+        _report(config, StateFolder(config.state), summary, on_phase, should_stop)
+        return summary
+    from tracerl.pipeline import build_dataset
+
+    root = StateFolder(config.state)
+    root.remove_partials()
+    summary = RoundSummary(policies={})
+    clock = _PhaseClock(summary, on_phase, should_stop)
+    with clock("build"):
+        build_dataset(config.spans, root.dataset, **_build_options(config))
+    for name in config.policies:
+        try:
+            one = policy_round(config, StateFolder(config.state / name, root.dataset), name, lambda phase: on_phase(f"{name}: {phase}"), should_stop)
+            summary.policies[name] = one.as_dict()
+        except RoundFailed as exc:
+            summary.policies[name] = {"status": exc.status, "reason": str(exc)}
+    summary.status = max((p["status"] for p in summary.policies.values()), key=_SEVERITY.index)
+    _report(config, root, summary, on_phase, should_stop)
+    return summary
+
+
+def _report(config: RoundConfig, state: StateFolder, summary: RoundSummary, on_phase: Callable[[str], None],
+            should_stop: Callable[[], bool]) -> None:
+    """Refresh STATE/report.html after a round that made a version (a failed report is said, not fatal)."""
+    trained = summary.status in ("trained", "held") or any(p["status"] in ("trained", "held") for p in (summary.policies or {}).values())
+    if not (config.report and trained):
+        return
+    clock = _PhaseClock(summary, on_phase, should_stop)
+    with clock("report"):
+        try:
+            from tracerl.pipeline.report import write_report
+
+            runs = None if config.policies else state.metrics  # several policies: metrics.jsonl in each one's folder
+            write_report(config.spans, state.report, runs=runs, options=config.build)
+        except Exception as exc:  # the round is recorded; a report that failed is said, not fatal
+            raise RoundFailed("report_failed", f"round {summary.version} is recorded, but the report failed: {type(exc).__name__}: {exc}") from exc
+
+
+def policy_round(config: RoundConfig, state: StateFolder, policy: str | None, on_phase: Callable[[str], None],
+                 should_stop: Callable[[], bool]) -> RoundSummary:
+    """One policy's round in ``state`` (``policy`` None: the only one, which builds the dataset itself)."""
+    from tracerl.pipeline import build_dataset
+
+    state.remove_partials()
+    registry = PolicyRegistry(state.root)
+    version = ensure_base(registry, config)["version"] + 1
+    parent = registry.current()
+    assert parent is not None  # the base version is never held back
+    summary = RoundSummary(version=version, parent=parent["version"])
+    clock = _PhaseClock(summary, on_phase, should_stop)
+
+    plan = state.round_dataset(version)
+    checkpoint = state.checkpoint(version)
+    if plan.exists():
+        summary.resumed = "publish" if checkpoint.exists() else "train"
+    else:
+        with clock("build" if policy is None else "plan"):
+            if policy is None:
+                build_dataset(config.spans, state.dataset, **_build_options(config))
+            files = [f for f in transition_files(state.dataset) if f.name not in registry.claimed_files()]
+            episodes = dataset_episodes(files, policy)
+            if len(episodes) < config.min_episodes:
+                summary.status, summary.version, summary.episodes = "idle", None, len(episodes)
+                summary.reason = (f"{len(episodes)} new episode(s) since version {parent['version']}, "
+                                  f"fewer than min_episodes {config.min_episodes}")
+                return summary
+            _link_plan(files, state.dataset, plan)
+    episodes = dataset_episodes(transition_files(plan), policy)
+    summary.episodes, summary.transitions = len(episodes), _rows(plan, policy)
+
+    if not checkpoint.exists():
+        from tracerl.trainer.training.dataset import DatasetError, EmptyDatasetError
+        from tracerl.trainer.training.run import train_checkpoint
+
+        with clock("train"):
+            try:
+                train_checkpoint(
+                    plan, Path(parent["checkpoint"]), checkpoint, backend=config.backend, config=config.train,
+                    options=config.openrlhf if config.backend == "openrlhf" else None, max_policy_lag=config.max_policy_lag,
+                    version=version, on_saving=lambda: clock.mark("checkpoint"), policy=policy,
+                )
+            except EmptyDatasetError as exc:  # no row to train on (too stale, empty responses): never a blocker;
+                # set the files aside, record why, go on
+                files = sorted(f.name for f in transition_files(plan))
+                registry.record_skip({"round": version, "files": files, "episodes": len(episodes), "reason": str(exc), "at": utc_now()})
+                shutil.rmtree(plan)
+                write_metrics(registry, state.metrics)
+                summary.status, summary.version, summary.reason = "skipped", None, f"round {version} skipped: {exc}"
+                return summary
+            except DatasetError as exc:
+                raise RoundFailed("failed", f"round {version} cannot train on {plan}: {exc}") from exc
+    manifest = read_checkpoint_manifest(checkpoint) or {}
+    summary.checkpoint, summary.metrics = str(checkpoint), manifest.get("metrics")
+
+    with clock("publish"):
+        decision = None
+        if config.eval_command:
+            decision = gate(config.eval_command, config.gate_margin, checkpoint, parent, policy)
+            summary.gate = decision
+        if not (decision and decision["held"]):
+            summary.published = publish_everywhere(config.endpoints, checkpoint, version, policy)
+    with clock("record"):
+        registry.append({
+            "version": version, "kind": "trained", "parent": parent["version"], "checkpoint": str(checkpoint),
+            "dataset": {"path": str(plan), "files": sorted(f.name for f in transition_files(plan)),
+                        "manifest": manifest.get("dataset", {}).get("manifest")},
+            "episodes": [{"episode_id": e, "policy_versions": v} for e, v in sorted(episodes.items())],
+            "metrics": manifest.get("metrics"), "skipped": manifest.get("dataset", {}).get("skipped"),
+            "published": summary.published, "seconds": summary.seconds, "recorded_at": utc_now(),
+            **({"eval_reward": decision["eval_reward"], "gate": decision} if decision else {}),
+        })
+        write_metrics(registry, state.metrics)
+        prune_versions(registry, config.keep_checkpoints)
+    summary.status = "held" if decision and decision["held"] else "trained"
+    return summary
+
+
+def publish_everywhere(endpoints: tuple[Endpoint, ...], checkpoint: Path, version: int, policy: str | None = None) -> list[dict[str, Any]]:
+    """Publish ``checkpoint`` as ``version`` to every endpoint (``policy``: as that adapter); what each answered, and when."""
+    from tracerl.trainer.publish import PublishError, publish, target_for
+
+    published = []
+    for endpoint in endpoints:
+        try:
+            result = publish(checkpoint, target_for(endpoint.url, endpoint.kind, adapter_name=policy), version)
+        except PublishError as exc:
+            raise RoundFailed("publish_failed", f"version {version} ({checkpoint}) not published: {exc}") from exc
+        published.append(publish_record(result, endpoint.url, endpoint.kind))
+    return published
+
+
+def publish_record(result: PublishResult, url: str, kind: str) -> dict[str, Any]:
+    """What the registry keeps of one publish: where, as which version, how fast, when."""
+    return {"endpoint": url, "kind": kind, "policy_version": result.policy_version, "seconds": round(result.seconds, 3), "at": utc_now()}
+
+
+def prune_versions(registry: PolicyRegistry, keep: int) -> list[Path]:
+    """Delete the weights of all but the newest ``keep`` versions, never those of the served version
+    (what the next round trains from) or of a pinned one; the base model is the user's and is never touched."""
+    if keep <= 0:
+        return []
+    entries = [e for e in registry.entries() if e["kind"] != "base"]
+    current = registry.current()
+    protected = {Path(e["checkpoint"]) for e in entries if e.get("pinned")} | ({Path(current["checkpoint"])} if current else set())
+    return prune_checkpoints([Path(e["checkpoint"]) for e in entries], keep=keep, protected=protected)
+
+
+def write_metrics(registry: PolicyRegistry, path: Path) -> None:
+    """``metrics.jsonl`` (what ``tracerl report --runs`` shows): one row per trained version, then one per
+    round set aside (``set_aside``: true, its reason); whole or not at all."""
+    rows = []
+    for entry in registry.entries():
+        if entry["kind"] != "trained":
+            continue
+        rows.append({"round": entry["version"], "policy_version": entry["version"], "episodes": len(entry["episodes"]),
+                     **(entry.get("metrics") or {}), **{f"{k}_seconds": v for k, v in (entry.get("seconds") or {}).items()}})
+    rows += [{A.RUN_METRICS_SET_ASIDE: True, "round": r["round"], "episodes": r["episodes"], "reason": r["reason"], "at": r["at"]} for r in registry.skipped()]
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    os.replace(partial, path)
+
+
+class _PhaseClock:
+    """Times each phase into the summary, tells ``on_phase``, and stops between phases when asked."""
+
+    def __init__(self, summary: RoundSummary, on_phase: Callable[[str], None], should_stop: Callable[[], bool]) -> None:
+        self.summary, self.on_phase, self.should_stop = summary, on_phase, should_stop
+        self.name: str | None = None
+        self.started = 0.0
+
+    def __call__(self, name: str) -> _PhaseClock:
+        if self.should_stop():
+            raise RoundStopped(f"stopped before {name} of round {self.summary.version}")
+        self.mark(name)
+        return self
+
+    def mark(self, name: str) -> None:
+        """A new phase starts (``checkpoint`` starts inside ``train``)."""
+        self._close()
+        self.name, self.started = name, time.monotonic()
+        self.on_phase(name)
+
+    def _close(self) -> None:
+        if self.name is not None:
+            self.summary.seconds[self.name] = round(time.monotonic() - self.started, 3)
+            self.name = None
+
+    def __enter__(self) -> _PhaseClock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close()
+
+
+def _build_options(config: RoundConfig) -> dict[str, Any]:
+    return {f: getattr(config.build, f) for f in config.build.__dataclass_fields__}
+
+
+def dataset_episodes(files: list[Path], policy: str | None = None) -> dict[str, list[int]]:
+    """Each episode of ``files`` (with ``policy``: that policy has rows in) and the policy versions that sampled its calls."""
+    versions: dict[str, set[int]] = {}
+    for path in files:
+        table = pq.read_table(path, columns=["episode_id", "policy_version", "policy_name"])
+        rows = zip(table.column("episode_id").to_pylist(), table.column("policy_version").to_pylist(), table.column("policy_name").to_pylist())
+        for episode, version, name in rows:
+            if policy is not None and name != policy:
+                continue
+            versions.setdefault(episode, set())
+            if version is not None:
+                versions[episode].add(version)
+    return {episode: sorted(v) for episode, v in versions.items()}
+
+
+def _rows(folder: Path, policy: str | None = None) -> int:
+    if policy is None:
+        return sum(pq.ParquetFile(path).metadata.num_rows for path in transition_files(folder))
+    return sum(pq.read_table(path, columns=["policy_name"]).column("policy_name").to_pylist().count(policy) for path in transition_files(folder))
+
+
+def _link_plan(files: list[Path], dataset: Path, plan: Path) -> None:
+    """Round N's dataset folder (hard links to ``files`` and the build's manifest), appearing whole."""
+    partial = plan.with_name(f".{plan.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for path in [*files, dataset / MANIFEST]:
+        try:
+            os.link(path, partial / path.name)
+        except OSError:  # another filesystem: copy
+            shutil.copy2(path, partial / path.name)
+    fsync_dir(partial)
+    os.replace(partial, plan)
+    fsync_dir(plan.parent)
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
