@@ -30,6 +30,16 @@ if TYPE_CHECKING:
     from tracerl.collector.server import CollectorServer
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests (given more than the default timeout) first: each of the two workers starts
+    one and the rest fill in around them, instead of one worker running them back to back at the end."""
+    def long(item: pytest.Item) -> bool:
+        marker = item.get_closest_marker("timeout")
+        return bool(marker and marker.args and marker.args[0] > 600)
+
+    items.sort(key=lambda item: not long(item))  # stable: every other test keeps its order
+
+
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     """Where the test's spans, logs and rewards go (``tmp_path/data``, not created)."""

@@ -49,6 +49,7 @@ def one_round(rejecting_model, tmp_path_factory):
     cfg = LoopConfig(
         out=out, rounds=1, tasks_per_round=3, group_size=2, eval_tasks=2, seed=0, model=str(rejecting_model),
         agents="writer,rewriter", concurrency=4, train=TrainConfig(epochs=1, minibatch_size=8),
+        agent_args=("--examples", "0"),  # the warm start's prompts: a --model gets worked examples by default
     )
     rows = run_loop(RECIPE, cfg)
     return out, rows
