@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -92,8 +93,13 @@ def test_the_pipeline_builds_the_same_dataset_from_compacted_and_uncompacted_hou
     def rows(out: Path) -> pa.Table:
         return dataset_table(out).sort_by([("episode_id", "ascending"), ("step", "ascending")])
 
-    assert rows(tmp_path / "before").num_rows > 0
-    assert rows(tmp_path / "before").equals(rows(tmp_path / "after"))
+    before, after = rows(tmp_path / "before"), rows(tmp_path / "after")
+    assert before.num_rows > 0
+    # credit sums in DuckDB's thread order: the same values to the last bits or nearly
+    computed = ["reward", "return", "advantage"]
+    assert before.drop_columns(computed).equals(after.drop_columns(computed))
+    for name in computed:
+        assert np.allclose(before.column(name).to_numpy(), after.column(name).to_numpy(), rtol=0, atol=1e-9), name
 
 
 def test_replaced_files_stay_through_the_grace_period_but_are_never_read_twice(spans_in_hours):
