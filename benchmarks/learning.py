@@ -84,14 +84,11 @@ def held_out_skill(recipe, run_dir: Path, rounds: int) -> list[dict]:
 
 
 def _skill_cell(run: dict) -> str:
-    """``first->last/episodes`` of a run's held-out skill counts (runs committed before them: their tool calls)."""
-    if run.get("held_out_skill"):
-        first, last = run["held_out_skill"][0], run["held_out_skill"][-1]
-        return f"{first['shown']}->{last['shown']}/{first['episodes']}"
-    if run.get("held_out_tool_use"):
-        first, last = run["held_out_tool_use"][0], run["held_out_tool_use"][-1]
-        return f"{first['called_tool']}->{last['called_tool']}/{first['episodes']}"
-    return ""
+    """``first->last/episodes`` of a run's held-out skill counts ("" for committed rows without them)."""
+    if not run.get("held_out_skill"):
+        return ""
+    first, last = run["held_out_skill"][0], run["held_out_skill"][-1]
+    return f"{first['shown']}->{last['shown']}/{first['episodes']}"
 
 
 def committed_results(path: Path) -> list[dict]:

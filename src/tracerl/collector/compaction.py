@@ -32,6 +32,7 @@ import fcntl
 import logging
 import os
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -52,9 +53,10 @@ from tracerl.core.compaction_log import (
     done_name,
     output_id,
     partitions,
+    read_record,
     record_name,
 )
-from tracerl.core.storage import AtomicParquetFile, resolve
+from tracerl.core.storage import AtomicParquetFile, fsync_dir, fsync_file, resolve
 
 log = logging.getLogger("tracerl.collector.compaction")
 
@@ -94,6 +96,7 @@ class PartitionResult:
 def compact(out: str, settings: CompactionSettings = CompactionSettings(), *, tables: tuple[str, ...] = TABLES,
             now: float | None = None, on_partition: Callable[[PartitionResult], None] | None = None) -> list[PartitionResult]:
     """One pass over ``OUT/<table>`` for each table that exists; returns what changed, partition by partition."""
+    now = time.time() if now is None else now
     results = []
     for table in tables:
         fs, base = resolve(join_uri(out, table))
@@ -102,7 +105,7 @@ def compact(out: str, settings: CompactionSettings = CompactionSettings(), *, ta
         with _lock(fs, base):
             for folder, state, sizes in _partitions(fs, base):
                 result = PartitionResult(table, folder[len(base):].lstrip("/"))
-                _Partition(fs, folder, state, sizes, settings, result).run(time.time() if now is None else now)
+                _Partition(fs, folder, state, sizes, settings, result).run(now)
                 if result.files_in or result.inputs_deleted or result.cleaned or result.left_alone:
                     results.append(result)
                     if on_partition:
@@ -165,8 +168,7 @@ class _Partition:
 
     def record(self, compaction_id: str) -> CompactionRecord:
         if compaction_id not in self._records:
-            with self.fs.open_input_stream(self.path(record_name(compaction_id))) as stream:
-                self._records[compaction_id] = CompactionRecord.from_json(stream.read().decode())
+            self._records[compaction_id] = read_record(self.fs, self.path(record_name(compaction_id)))
         return self._records[compaction_id]
 
     def clean_up(self) -> None:
@@ -239,7 +241,7 @@ class _Partition:
             self.fs.delete_file(output.path)
             raise RuntimeError(f"compaction of {self.folder}: wrote {got} rows for {expected}; nothing committed")
         size = self.fs.get_file_info(output.path).size
-        record = CompactionRecord(compaction_id, names, [written], rows, committed_at=time.time() if now is None else now,
+        record = CompactionRecord(compaction_id, names, [written], rows, committed_at=now,
                                   input_bytes=sum(self.sizes[n] for n in names), output_bytes=size)
         _put(self.fs, self.path(record_name(compaction_id)), record.to_json().encode())  # the commit
         self._records[compaction_id] = record
@@ -276,8 +278,6 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 def _put(fs: pafs.FileSystem, path: str, data: bytes) -> None:
     """Write a small file whole: locally under a dot-name, fsynced, renamed; on object stores one put."""
     if isinstance(fs, pafs.LocalFileSystem):
-        from tracerl.core.storage import fsync_dir, fsync_file
-
         tmp = f"{dirname(path)}/.{basename(path)}.tmp"
         with open(tmp, "wb") as handle:
             handle.write(data)
@@ -296,8 +296,6 @@ class PeriodicCompaction:
     time: compaction is housekeeping, never a reason to stop receiving."""
 
     def __init__(self, out: str, settings: CompactionSettings, every_s: float) -> None:
-        import threading
-
         self.out, self.settings, self.every_s = out, settings, every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="compaction", daemon=True)

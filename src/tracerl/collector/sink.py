@@ -27,7 +27,7 @@ from google.protobuf.message import Message
 
 from tracerl.collector import wal
 from tracerl.collector.otlp import BadPayload, Converted, parse_protobuf
-from tracerl.core.compaction_log import CompactionRecord, is_record
+from tracerl.core.compaction_log import is_record, read_record
 from tracerl.core.storage import hour_partition, resolve, write_parquet_atomic
 
 log = logging.getLogger("tracerl.collector")
@@ -348,7 +348,5 @@ class DurableTable:
             elif info.base_name.endswith(".json") and is_record(info.base_name):
                 records.append(info.path)
         for path in records if not written else []:
-            with fs.open_input_stream(path) as stream:
-                inputs = CompactionRecord.from_json(stream.read().decode()).inputs
-            written = written or any(name.startswith(prefix) for name in inputs)
+            written = written or any(name.startswith(prefix) for name in read_record(fs, path).inputs)
         return written

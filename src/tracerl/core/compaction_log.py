@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from posixpath import basename, dirname
 
+import pyarrow.fs as pafs
+
 RECORD_PREFIX = "_compaction-"
 RECORD_SUFFIX = ".json"
 DONE_SUFFIX = ".done"
@@ -118,14 +120,20 @@ def partitions(paths: Iterable[str], suffix: str = ".parquet") -> dict[str, Part
     return found
 
 
-def visible_files(paths: Iterable[str], read_text: Callable[[str], str], suffix: str = ".parquet") -> list[str]:
-    """The paths among ``paths`` (one listing, records included) that a reader reads, sorted.
+def read_record(fs: pafs.FileSystem, path: str) -> CompactionRecord:
+    """The record at ``path`` (a path of ``fs``)."""
+    with fs.open_input_stream(path) as stream:
+        return CompactionRecord.from_json(stream.read().decode())
 
-    ``read_text(path)`` reads a record; only records whose inputs may still exist are read."""
+
+def visible_files(paths: Iterable[str], fs: pafs.FileSystem, suffix: str = ".parquet") -> list[str]:
+    """The paths among ``paths`` (one listing of ``fs``, records included) that a reader reads, sorted.
+
+    Only the records whose inputs may still exist are read."""
     result = []
     for folder, state in partitions(paths, suffix).items():
         def read(compaction_id: str, folder: str = folder) -> CompactionRecord:
-            return CompactionRecord.from_json(read_text(f"{folder}/{record_name(compaction_id)}"))
+            return read_record(fs, f"{folder}/{record_name(compaction_id)}")
 
         result.extend(f"{folder}/{name}" for name in state.visible(read))
     return sorted(result)

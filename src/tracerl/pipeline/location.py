@@ -73,11 +73,7 @@ class Location:
             if info.type == pafs.FileType.File and (relative.endswith(suffix) or is_record(relative)):
                 if not any(part.startswith(".") for part in relative.split("/")):
                     listed.append(info.path)
-        return [self.name(path) for path in visible_files(listed, self._read_text, suffix)]
-
-    def _read_text(self, path: str) -> str:
-        with self.fs.open_input_stream(path) as stream:
-            return stream.read().decode()
+        return [self.name(path) for path in visible_files(listed, self.fs, suffix)]
 
     def _own_path(self, name: str) -> str:
         return name if self.is_local else name.removeprefix(f"{self.scheme}://")
