@@ -33,6 +33,7 @@ from loop_runs import REPO, Variant, load_recipe, mean_spread, per_round_table, 
 
 RISE = 0.15  # absolute held-out reward, mean over seeds
 OVER_CONTROL = 2.0  # the rise must be at least this many times the control's
+SKILL_FILE = "held-out-skill.json"  # beside committed rows: {"VARIANT-seedN": [per round {what, shown, episodes}]}
 VARIANTS = {"rl": Variant("rl"), "shuffled": Variant("shuffled", changes={"shuffle_rewards": True})}
 
 
@@ -96,13 +97,26 @@ def committed_results(path: Path) -> list[dict]:
     ``VARIANT-seedN-metrics.jsonl`` (the loop's own rows, as ``gpu_loop.sh`` copies them back)."""
     if path.is_file():
         return json.loads(path.read_text())["runs"]
+    skills_file = path / SKILL_FILE
+    skills = json.loads(skills_file.read_text()) if skills_file.exists() else {}
     runs = []
     for metrics in sorted(path.glob("*-seed*-metrics.jsonl")):
-        variant, _, seed = metrics.name.removesuffix("-metrics.jsonl").rpartition("-seed")
+        run = metrics.name.removesuffix("-metrics.jsonl")
+        variant, _, seed = run.rpartition("-seed")
         rows = [json.loads(line) for line in metrics.read_text().splitlines()]
         runs.append({"variant": variant, "seed": int(seed), "seconds": round(sum(r["seconds"] for r in rows), 1),
-                     "held_out": [r["eval_mean_reward"] for r in rows], "rows": rows})
+                     "held_out": [r["eval_mean_reward"] for r in rows], "rows": rows, "held_out_skill": skills.get(run, [])})
     return runs
+
+
+def count_skills(recipe, runs_dir: Path, folder: Path) -> None:
+    """Write ``folder/held-out-skill.json``: the held-out skill per round of each run whose rows
+    ``folder`` holds, counted from the spans of its run folder in ``runs_dir``."""
+    skills = {}
+    for metrics in sorted(folder.glob("*-seed*-metrics.jsonl")):
+        run = metrics.name.removesuffix("-metrics.jsonl")
+        skills[run] = held_out_skill(recipe, runs_dir / run, len(metrics.read_text().splitlines()))
+    (folder / SKILL_FILE).write_text(json.dumps(skills, indent=1))
 
 
 def _skill_what(results: list[dict]) -> str:
@@ -145,8 +159,12 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=None, help="raw per-round rows of every run, as JSON (default: OUT/raw.json)")
     parser.add_argument("--from", dest="committed", type=Path, default=None,
                         help="print the tables of runs already made (a --results file, or a folder of VARIANT-seedN-metrics.jsonl) instead of running")
+    parser.add_argument("--skill-of", type=Path, default=None,
+                        help="with --from FOLDER: the runs' own folders (VARIANT-seedN/); count each round's held-out skill from their spans into FOLDER/" + SKILL_FILE)
     args = parser.parse_args()
     if args.committed:
+        if args.skill_of:
+            count_skills(load_recipe(args.recipe), args.skill_of, args.committed)
         results = committed_results(args.committed)
         variants = [VARIANTS[name] for name in args.variants if any(r["variant"] == name for r in results)]
         print(summary(results, variants))
