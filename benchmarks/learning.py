@@ -99,13 +99,16 @@ def committed_results(path: Path) -> list[dict]:
         return json.loads(path.read_text())["runs"]
     skills_file = path / SKILL_FILE
     skills = json.loads(skills_file.read_text()) if skills_file.exists() else {}
+    rows = {metrics.name.removesuffix("-metrics.jsonl"): [json.loads(line) for line in metrics.read_text().splitlines()]
+            for metrics in sorted(path.glob("*-seed*-metrics.jsonl"))}
+    # runs bounded by time (gpu_loop.sh) end at different rounds: compare the rounds every run reached
+    common = min(map(len, rows.values()), default=0)
     runs = []
-    for metrics in sorted(path.glob("*-seed*-metrics.jsonl")):
-        run = metrics.name.removesuffix("-metrics.jsonl")
+    for run, kept in rows.items():
         variant, _, seed = run.rpartition("-seed")
-        rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-        runs.append({"variant": variant, "seed": int(seed), "seconds": round(sum(r["seconds"] for r in rows), 1),
-                     "held_out": [r["eval_mean_reward"] for r in rows], "rows": rows, "held_out_skill": skills.get(run, [])})
+        kept = kept[:common]
+        runs.append({"variant": variant, "seed": int(seed), "seconds": round(sum(r["seconds"] for r in kept), 1),
+                     "held_out": [r["eval_mean_reward"] for r in kept], "rows": kept, "held_out_skill": skills.get(run, [])[:common]})
     return runs
 
 
