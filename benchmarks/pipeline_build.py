@@ -19,6 +19,12 @@ less work (no Parquet read or write, no rewards beyond one per call, no advantag
 
     python benchmarks/pipeline_build.py                       # 100,000 episodes, 1,000,000 spans
     python benchmarks/pipeline_build.py --episodes 2000 --peer-episodes 500   # a quick look
+    python benchmarks/pipeline_build.py --engine ray --workers 1 2            # beside builds on a local Ray
+
+With ``--engine ray`` the peer is left out: the same span set is built by the one-process build
+and by ``build_dataset_on_ray`` on a local Ray of each ``--workers`` count (as many buckets),
+every child pinned to the same 2 CPUs (Ray's workers inherit the pinning). Their peak MiB is the
+driver's alone; the workers' memory is not counted.
 
 Span sets are generated once (tracerl_testing.synthetic_spans) and cached under ``--data``
 (default ``/tmp/tracerl-bench/spans-<episodes>``, the subset beside it).
@@ -51,6 +57,19 @@ import json, sys, time
 from tracerl.pipeline import build_dataset
 started = time.perf_counter()
 manifest = build_dataset(sys.argv[1], sys.argv[2], threads={cpus})
+print(json.dumps({{"seconds": time.perf_counter() - started, "transitions": manifest["counts"]["rows_written"],
+                  "warnings": manifest["warnings"]}}))
+"""
+
+
+ON_RAY = """
+import json, os, sys, time
+os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+import ray
+from tracerl.pipeline.ray_build import build_dataset_on_ray
+ray.init(num_cpus={workers}, include_dashboard=False, log_to_driver=False)
+started = time.perf_counter()
+manifest = build_dataset_on_ray(sys.argv[1], sys.argv[2], buckets_count={workers})
 print(json.dumps({{"seconds": time.perf_counter() - started, "transitions": manifest["counts"]["rows_written"],
                   "warnings": manifest["warnings"]}}))
 """
@@ -153,9 +172,11 @@ def _agl_span(row: dict) -> dict:
     }
 
 
-def ours(data: Path) -> Run:
+def ours(data: Path, ray_workers: int | None = None) -> Run:
+    """The one-process build of ``data`` in a child, or with ``ray_workers`` the build on a local Ray of that many CPUs."""
+    code = OURS.format(cpus=CPUS) if ray_workers is None else ON_RAY.format(workers=ray_workers)
     with tempfile.TemporaryDirectory(prefix="tracerl-bench-out-") as out:
-        return run_child([sys.executable, "-c", OURS.format(cpus=CPUS), str(data), out])
+        return run_child([sys.executable, "-c", code, str(data), out])
 
 
 def peer(data: Path, python: str) -> Run:
@@ -177,7 +198,13 @@ def main() -> None:
     parser.add_argument("--data", type=Path)
     parser.add_argument("--peer-python", default=os.environ.get("TRACERL_AGL_PYTHON"),
                         help="python of a venv with agentlightning==0.3.0 (default $TRACERL_AGL_PYTHON)")
+    parser.add_argument("--engine", choices=("duckdb", "ray"), default="duckdb",
+                        help="ray: the one-process build beside builds on a local Ray (no peer)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="--engine ray: the local Ray's CPUs, one run each")
     args = parser.parse_args()
+    if args.engine == "ray":
+        compare_ray(args)
+        return
     data = span_set(args.episodes, args.data or Path(tempfile.gettempdir()) / "tracerl-bench" / f"spans-{args.episodes}")
     small = subset(data, min(args.peer_episodes, args.episodes))
     spans, small_spans = span_count(data), span_count(small)
@@ -210,6 +237,22 @@ def main() -> None:
           f"{t['seconds'] * scale / full.result['seconds']:.0f}x at {args.episodes:,} (peer extrapolated); "
           f"peak memory on the same episodes: {part.peak_mib:.0f} vs {theirs.peak_mib:.0f} MiB")
     print(f"peer's work split: {t['read_s']:.1f} s reading JSON, {t['load_s']:.1f} s Span objects, {t['adapt_s']:.1f} s adapt")
+
+
+def compare_ray(args: argparse.Namespace) -> None:
+    data = span_set(args.episodes, args.data or Path(tempfile.gettempdir()) / "tracerl-bench" / f"spans-{args.episodes}")
+    spans = span_count(data)
+    load = os.getloadavg()[0]
+    runs = [("tracerl build_dataset (one process)", ours(data))]
+    runs += [(f"tracerl on Ray, {w} worker(s)", ours(data, ray_workers=w)) for w in args.workers]
+    print(f"\nspans -> dataset, {CPUS} CPUs (load average {load:.1f} at the start)")
+    print(f"{'':44}{'episodes':>9}{'spans':>11}{'transitions':>13}{'work s':>9}{'process s':>11}{'peak MiB':>10}{'spans/s':>12}")
+    for label, run in runs:
+        print(_row(label, args.episodes, spans, f"{run.result['transitions']:,}", run.result["seconds"],
+                   f"{run.process_s:.1f}", f"{run.peak_mib:.0f}"))
+    base = runs[0][1].result["seconds"]
+    print("work s relative to the one-process build: " + ", ".join(f"{label.split(', ')[-1] if 'Ray' in label else 'one process'} "
+                                                                    f"{run.result['seconds'] / base:.2f}x" for label, run in runs))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "pipeline": ("duckdb", "matplotlib"),
     # `tracerl train` alone: a GPU training node reads a dataset folder and trains, nothing more
     "torch": ("torch", "transformers"),
+    "ray": ("ray",),  # `pipeline build-dataset --engine ray`
 }
 EXTRAS["train"] = (*EXTRAS["collector"], *EXTRAS["pipeline"], *EXTRAS["torch"], "pydantic", "openai")
 

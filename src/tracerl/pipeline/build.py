@@ -22,7 +22,7 @@ import duckdb
 import pyarrow as pa
 
 import tracerl
-from tracerl.pipeline import air, credit, dataset_folder, episodes, judgment_log, log_content, normalize, rewards, selection, source
+from tracerl.pipeline import air, buckets, credit, dataset_folder, episodes, judgment_log, log_content, normalize, rewards, selection, source
 from tracerl.pipeline.counts import merge, warnings
 from tracerl.pipeline.location import locate
 from tracerl.pipeline.options import EXPORTS, BuildOptions
@@ -68,13 +68,18 @@ class Analysis:
     counts: dict[str, Any]
 
     def inputs(self) -> dict[str, Any]:
-        return {
-            "spans": str(self.files.location),
-            "span_files": len(self.files.files),
-            # as DuckDB reads them: a URI's query or user part (credentials) is not recorded
-            "reward_files": self.files.reward_files + [str(locate(r)) for r in self.options.rewards],
-            "rejected_files": self.files.rejected,
-        }
+        return inputs(self.files, self.options)
+
+
+def inputs(files: source.SpanFiles, options: BuildOptions) -> dict[str, Any]:
+    """The manifest's ``inputs``: what the listing found and the reward files given."""
+    return {
+        "spans": str(files.location),
+        "span_files": len(files.files),
+        # as DuckDB reads them: a URI's query or user part (credentials) is not recorded
+        "reward_files": files.reward_files + [str(locate(r)) for r in options.rewards],
+        "rejected_files": files.rejected,
+    }
 
 
 @dataclass
@@ -87,11 +92,16 @@ class Run:
     rules: list[air.Rule]
     air_sql: str | None = None
     previously: int = 0  # episodes an earlier incremental build already turned into transitions
+    bucket: buckets.Bucket | None = None  # a part of a distributed build: the rows it keeps, the whole's clock
+
+    def keep(self, relation: str) -> str:
+        """The condition on ``relation``'s rows (``spans``, ``log_records``, ``late_rewards``, ``judgments``) of this build."""
+        return getattr(self.bucket, relation) if self.bucket else "true"
 
 
 def _late_rewards(con: duckdb.DuckDBPyConnection, run: Run) -> None:
     late = [source.check_rewards_file(con, file) for file in run.options.rewards]
-    source.register_late_rewards(con, run.files.reward_files + late)
+    source.register_late_rewards(con, run.files.reward_files + late, run.keep("late_rewards"))
 
 
 def _processed(con: duckdb.DuckDBPyConnection, run: Run) -> None:
@@ -142,17 +152,17 @@ class Stage:
 
 # the wiring of analyze(): stages in order, each module's relations as tables.py lists them
 STAGES: tuple[Stage, ...] = (
-    Stage("source", lambda con, run: source.register_raw_spans(con, run.files), lambda con, run: source.counts(run.files)),
-    Stage("log_content", lambda con, run: log_content.build_log_content(con, run.files.log_files),
+    Stage("source", lambda con, run: source.register_raw_spans(con, run.files, run.keep("spans")), lambda con, run: source.counts(run.files)),
+    Stage("log_content", lambda con, run: log_content.build_log_content(con, run.files.log_files, run.keep("log_records")),
           lambda con, run: log_content.counts(con)),
-    Stage("judgment_log", lambda con, run: judgment_log.register_judgments(con, run.files.judgment_files),
+    Stage("judgment_log", lambda con, run: judgment_log.register_judgments(con, run.files.judgment_files, run.keep("judgments")),
           lambda con, run: judgment_log.counts(con, run.files.judgment_files)),
     Stage("source", _late_rewards),
     Stage("dataset_folder", _processed, _processed_counts),
     Stage("normalize", lambda con, run: normalize.build_span_meta(con), progress="normalising spans"),
     Stage("normalize", lambda con, run: normalize.build_spans_view(con)),
     Stage("normalize", lambda con, run: normalize.build_llm_calls(con), lambda con, run: normalize.counts(con)),
-    Stage("episodes", lambda con, run: episodes.build_episodes(con, run.options.episode_timeout_s),
+    Stage("episodes", lambda con, run: episodes.build_episodes(con, run.options.episode_timeout_s, run.bucket and run.bucket.clock_ns),
           lambda con, run: episodes.counts(con)),
     Stage("air", _air, progress="collecting rewards"),
     Stage("rewards", lambda con, run: rewards.build_rewards(con, run.air_sql), lambda con, run: rewards.counts(con)),
@@ -164,18 +174,21 @@ STAGES: tuple[Stage, ...] = (
 
 
 def analyze(
-    spans: str | os.PathLike, options: BuildOptions, *, out: Path | None = None,
-    progress: Progress = _noop, temp_dir: str | None = None,
+    spans: str | os.PathLike | source.SpanFiles, options: BuildOptions, *, out: Path | None = None,
+    progress: Progress = _noop, temp_dir: str | None = None, bucket: buckets.Bucket | None = None,
 ) -> Analysis:
     """Run every stage but the write (1 to 9 of src/tracerl/pipeline/README.md) in one DuckDB connection; count what each kept.
 
     The connection holds the relations of :data:`tracerl.pipeline.tables.RELATIONS` that
     outlive their stage; ``doctor`` and ``tracerl sql`` read them, ``build_dataset`` writes
-    the ``chosen`` rows.
+    the ``chosen`` rows. ``spans``: a data dir, a spans folder, or the files a listing found;
+    ``bucket``: the part of them this build keeps (:mod:`tracerl.pipeline.buckets`).
     """
-    files = source.find_span_files(spans)
+    files = spans if isinstance(spans, source.SpanFiles) else source.find_span_files(spans)
     con = connect(options.threads, options.memory_limit, temp_dir)
-    run = Run(files=files, options=options, out=out, rules=air.load_rules(options.rules, defaults=options.default_rules))
+    if bucket is not None:
+        bucket.register(con)
+    run = Run(files=files, options=options, out=out, rules=air.load_rules(options.rules, defaults=options.default_rules), bucket=bucket)
     progress(f"reading {len(files.files)} span file(s)", None)
     parts = []
     for stage in STAGES:
@@ -192,6 +205,56 @@ def _keep_only_what_the_writer_reads(con: duckdb.DuckDBPyConnection) -> None:
             con.execute(f"DROP {relation.kind.upper()} {relation.name}")
 
 
+@dataclass
+class Written:
+    """What one write left: the transitions files, and the counts and inputs its manifest reports."""
+
+    paths: list[str]
+    counts: dict[str, Any]  # every stage's, the write's merged in, and rows_written
+    inputs: dict[str, Any]
+    rules: list[air.Rule]
+    clock_ns: int | None  # the latest span end read: the watermark's data clock
+
+
+def write_transitions(
+    spans: str | os.PathLike | source.SpanFiles, into: Path, opts: BuildOptions, *, processed_from: Path | None,
+    progress: Progress = _noop, on_rows: Callable[[int], None] | None = None, retokenizer: Retokenizer | None = None,
+    bucket: buckets.Bucket | None = None,
+) -> Written:
+    """Analyze ``spans`` and write the chosen calls as ``into/transitions-*.parquet``.
+
+    ``processed_from``: the dataset whose episodes an incremental build skips. A read that fails
+    midway removes what this write committed and raises :class:`~tracerl.pipeline.source.PipelineInputError`,
+    so the folder holds what it held before.
+    """
+    before = set(dataset_folder.transition_files(into))
+    with tempfile.TemporaryDirectory(prefix=".duckdb-", dir=into) as tmp:
+        try:
+            analysis = analyze(spans, opts, out=processed_from, progress=progress, temp_dir=tmp, bucket=bucket)
+            con = analysis.con
+            clock = con.execute("SELECT max(end_ns) FROM span_meta").fetchall()[0][0]
+            _keep_only_what_the_writer_reads(con)
+            progress("writing transitions", analysis.counts["transitions"])
+            tally = WriteTally()
+            paths, rows = write_dataset(
+                dataset_tables(con, analysis.files, trajectory=opts.trajectory, tally=tally, retokenizer=retokenizer),
+                str(into), on_rows or (lambda n: None),
+            )
+        except _READ_ERRORS as exc:
+            if isinstance(exc, _SQL_MISTAKES):
+                raise
+            # a file whose footer is fine but whose data is not: keep the previous dataset intact
+            for partial in set(dataset_folder.transition_files(into)) - before:
+                partial.unlink()
+            raise source.PipelineInputError(f"reading the span files failed ({exc}); {into} was left as it was") from exc
+        con.close()
+    # what the write dropped or rebuilt joins the counts of the stages before it
+    counts = merge([analysis.counts, {"llm_calls": {"skipped": dict(tally.skipped), "retokenized": tally.retokenized},
+                                      "transitions": analysis.counts["transitions"] - sum(tally.skipped.values())}])
+    counts["rows_written"] = rows
+    return Written(paths=paths, counts=counts, inputs=analysis.inputs(), rules=analysis.rules, clock_ns=clock)
+
+
 def build_dataset(
     spans: str | os.PathLike, out: str | os.PathLike, *, progress: Progress | None = None,
     on_rows: Callable[[int], None] | None = None, **options: Any,
@@ -201,6 +264,7 @@ def build_dataset(
     ``options`` are the fields of :class:`BuildOptions`. Raises
     :class:`~tracerl.pipeline.source.PipelineInputError` when the input cannot be read at
     all; anything partially unreadable is skipped and counted in the manifest.
+    ``tracerl.pipeline.ray_build.build_dataset_on_ray`` builds the same dataset on a Ray cluster.
     """
     opts = BuildOptions(**options)
     out_dir = Path(out)
@@ -209,54 +273,40 @@ def build_dataset(
     progress = progress or _noop
     previous = set(dataset_folder.transition_files(out_dir))
     retokenizer = Retokenizer(opts.retokenize) if opts.retokenize else None  # a bad folder fails before any work
-    with tempfile.TemporaryDirectory(prefix=".duckdb-", dir=out_dir) as tmp:
-        try:
-            analysis = analyze(spans, opts, out=out_dir, progress=progress, temp_dir=tmp)
-            con = analysis.con
-            clock = con.execute("SELECT max(end_ns) FROM span_meta").fetchall()[0][0]
-            _keep_only_what_the_writer_reads(con)
-            progress("writing transitions", analysis.counts["transitions"])
-            tally = WriteTally()
-            paths, rows = write_dataset(
-                dataset_tables(con, analysis.files, trajectory=opts.trajectory, tally=tally, retokenizer=retokenizer),
-                str(out_dir), on_rows or (lambda n: None),
-            )
-        except _READ_ERRORS as exc:
-            if isinstance(exc, _SQL_MISTAKES):
-                raise
-            # a file whose footer is fine but whose data is not: keep the previous dataset intact
-            for partial in set(dataset_folder.transition_files(out_dir)) - previous:
-                partial.unlink()
-            raise source.PipelineInputError(f"reading the span files failed ({exc}); {out_dir} was left as it was") from exc
-        if not opts.incremental:
-            dataset_folder.clear_previous(out_dir, previous)
-        con.close()
+    written = write_transitions(spans, out_dir, opts, processed_from=out_dir, progress=progress, on_rows=on_rows, retokenizer=retokenizer)
+    if not opts.incremental:
+        dataset_folder.clear_previous(out_dir, previous)
+    return finish(out_dir, opts, written, started, progress)
+
+
+def finish(out_dir: Path, opts: BuildOptions, written: Written, started: float, progress: Progress = _noop,
+           engine: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The exports (when asked) and the manifest of a dataset whose transitions are written; return the manifest."""
     exported = {}
     if opts.exports:
         from tracerl.pipeline.exports import export
 
         progress("exporting", None)
         exported = export(out_dir, opts)
-    # what the write dropped or rebuilt joins the counts of the stages before it
-    counts = merge([analysis.counts, {"llm_calls": {"skipped": dict(tally.skipped), "retokenized": tally.retokenized},
-                                      "transitions": analysis.counts["transitions"] - sum(tally.skipped.values())}])
-    counts["rows_written"] = rows
+    counts = written.counts
     manifest = {
         "tracerl_version": tracerl.__version__,
         A.DATASET_MANIFEST_SCHEMA_VERSION: DATASET_SCHEMA_VERSION,
         "spans_schema_version": SPANS_SCHEMA_VERSION,
         "created_unix": round(started, 3),
         "seconds": round(time.time() - started, 3),
-        "inputs": analysis.inputs(),
-        "parameters": {**asdict(replace(opts, threads=None)), "air_rules": air.rules_as_dicts(analysis.rules)},
+        "inputs": written.inputs,
+        "parameters": {**asdict(replace(opts, threads=None)), "air_rules": air.rules_as_dicts(written.rules)},
         "watermark": {
-            "data_clock_unix_nano": clock,
+            "data_clock_unix_nano": written.clock_ns,
             "episode_timeout_s": opts.episode_timeout_s,
             # the episodes in the dataset's files, which incremental builds skip
-            "episodes_processed": counts["episodes"]["already_processed"] + dataset_folder.episode_count(paths),
+            "episodes_processed": counts["episodes"]["already_processed"] + dataset_folder.episode_count(written.paths),
         },
         "counts": counts,
-        "outputs": {"files": [os.path.basename(p) for p in paths], "exports": exported},
+        "outputs": {"files": [os.path.basename(p) for p in written.paths], "exports": exported},
     }
+    if engine:
+        manifest["engine"] = engine
     manifest["warnings"] = warnings(manifest["inputs"], counts, opts)
     return dataset_folder.write_manifest(out_dir, manifest)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -114,10 +115,22 @@ def build_dataset_cmd(
     dpo_min_margin: Annotated[float, typer.Option(help="--export dpo: the least score difference between chosen and rejected.")] = DEFAULTS.dpo_min_margin,
     retokenize: Annotated[Optional[str], typer.Option(metavar="TOKENIZER", help="The policy's model folder: calls captured without token ids (other instrumentations) get ids rebuilt from their messages, marked token_source=retokenized. Off by default: rebuilt ids can differ from those sampled.")] = DEFAULTS.retokenize,
     threads: Annotated[Optional[int], typer.Option(help="DuckDB threads (default: all cores).")] = DEFAULTS.threads,
-    memory_limit: Annotated[str, typer.Option(help="DuckDB memory limit; beyond it DuckDB spills to disk.")] = DEFAULTS.memory_limit,
+    memory_limit: Annotated[str, typer.Option(help="DuckDB memory limit; beyond it DuckDB spills to disk (with --engine ray: each bucket's).")] = DEFAULTS.memory_limit,
+    engine: Annotated[str, typer.Option(help="duckdb: one process on this machine; ray: in buckets on a Ray cluster (tracerl[ray]; the same rows).")] = "duckdb",
+    ray_address: Annotated[Optional[str], typer.Option(help="--engine ray: the cluster (default $RAY_ADDRESS, else a local Ray).")] = None,
+    buckets: Annotated[Optional[int], typer.Option(min=1, help="--engine ray: buckets to build apart (default: the cluster's CPUs).")] = None,
 ) -> None:
     """Turn spans into training transitions (one per policy LLM call) with credit and advantages."""
-    from tracerl.pipeline.build import build_dataset
+    if engine == "duckdb":
+        if ray_address or buckets:
+            _fail(ValueError("--ray-address and --buckets go with --engine ray"))
+        from tracerl.pipeline.build import build_dataset as build
+    elif engine == "ray":
+        from tracerl.pipeline.ray_build import build_dataset_on_ray
+
+        build = partial(build_dataset_on_ray, address=ray_address, buckets_count=buckets)
+    else:
+        _fail(ValueError(f"--engine must be duckdb or ray, got {engine!r}"))
 
     options = _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout, policy)
     if export:
@@ -133,7 +146,7 @@ def build_dataset_cmd(
             bar.update(task, description=stage, total=total, completed=0)
 
         try:
-            manifest = build_dataset(
+            manifest = build(
                 spans, out, progress=progress, on_rows=lambda n: bar.advance(task, n),
                 credit=credit, gamma=gamma, advantage=advantage, trajectory=trajectory, incremental=incremental,
                 retokenize=retokenize, threads=threads, memory_limit=memory_limit, **options,

@@ -50,6 +50,24 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def summed(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The counts of builds of disjoint parts of one input (the buckets of a distributed build), added key by key.
+
+    Every count of a build counts rows of its own part, so the whole's is the sum; what each part
+    saw whole (the files listed) the caller sets from the listing.
+    """
+    total: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, dict):
+                total[key] = summed([total.get(key, {}), value])
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                total[key] = total.get(key, 0) + value
+            else:
+                total.setdefault(key, value)
+    return total
+
+
 def warnings(inputs: dict[str, Any], c: dict[str, Any], options: BuildOptions) -> list[str]:
     """Plain-language reasons why data did not become transitions, or became useless ones
     (shown by the CLI and doctor)."""

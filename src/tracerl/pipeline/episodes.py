@@ -20,9 +20,14 @@ from tracerl.pipeline.counts import grouped, scalar
 from tracerl.schemas import attributes as A
 
 
-def build_episodes(con: duckdb.DuckDBPyConnection, timeout_s: float) -> None:
-    """Table ``episodes`` with task, split, bounds, finished/pending/truncated flags."""
+def build_episodes(con: duckdb.DuckDBPyConnection, timeout_s: float, clock_ns: int | None = None) -> None:
+    """Table ``episodes`` with task, split, bounds, finished/pending/truncated flags.
+
+    ``clock_ns``: the data's clock when the spans read are a part of the data (a bucket of a
+    distributed build): every part must decide pending or stale on the same clock, the whole's.
+    """
     timeout_ns = int(timeout_s * 1e9)
+    clock = f"(SELECT {int(clock_ns)}::BIGINT AS now_ns)" if clock_ns is not None else "(SELECT max(end_ns) AS now_ns FROM span_meta)"
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE episodes AS
@@ -36,7 +41,7 @@ def build_episodes(con: duckdb.DuckDBPyConnection, timeout_s: float) -> None:
                 count(*) AS n_spans, count(*) FILTER (WHERE is_llm) AS n_llm_spans
             FROM span_meta GROUP BY episode_id
         ),
-        clock AS (SELECT max(end_ns) AS now_ns FROM span_meta)
+        clock AS {clock}
         SELECT e.*,
             NOT e.finished AND e.end_ns > clock.now_ns - {timeout_ns} AS pending,
             NOT e.finished AND e.end_ns <= clock.now_ns - {timeout_ns} AS truncated

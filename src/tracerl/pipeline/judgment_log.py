@@ -124,11 +124,12 @@ class JudgmentLog:
             os.fsync(handle.fileno())
 
 
-def register_judgments(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
+def register_judgments(con: duckdb.DuckDBPyConnection, files: list[str], keep: str = "true") -> None:
     """Table ``judgments``: the latest ``episode`` line of every episode, judge model and rubric (counted by doctor).
 
     Not by judge URL: a judge moved to another port is the same judge to whoever reads the counts,
-    and the latest run's outcome is the one its rewards hold."""
+    and the latest run's outcome is the one its rewards hold. ``keep``: a condition on a judgment
+    (a bucket keeps those of its own episodes)."""
     columns = ", ".join(f'"{c}"' for c in COLUMNS)
     if not files:
         con.execute(f"CREATE OR REPLACE TEMP TABLE judgments AS SELECT {', '.join(f'NULL::VARCHAR AS {c}' for c in COLUMNS[:-1])}, "
@@ -141,7 +142,7 @@ def register_judgments(con: duckdb.DuckDBPyConnection, files: list[str]) -> None
         CREATE OR REPLACE TEMP TABLE judgments AS
         SELECT {columns}
         FROM read_json({sql_list(files)}, format = 'newline_delimited', columns = {struct}, ignore_errors = true)
-        WHERE kind = 'episode'
+        WHERE kind = 'episode' AND {keep}
         QUALIFY row_number() OVER (PARTITION BY episode_id, judge_model, rubric_sha256 ORDER BY unix DESC) = 1
         """
     )

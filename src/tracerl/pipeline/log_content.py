@@ -31,12 +31,13 @@ def _details(side: str) -> str:
     return f"coalesce(json_extract_string(attributes, {key}), json_extract_string(body, {key}))"
 
 
-def build_log_content(con: duckdb.DuckDBPyConnection, log_files: list[str]) -> None:
+def build_log_content(con: duckdb.DuckDBPyConnection, log_files: list[str], keep: str = "true") -> None:
     """Table ``log_content``: one row per span with message log records (trace_id, span_id, input and output JSON).
 
     Table ``log_records``: every GenAI event record (``gen_ai.*``), kept so that doctor can count
     the content records without a span id, those whose span never arrived, and events of a
     name this stage does not read (a later version of the conventions): counted, never guessed at.
+    ``keep``: a condition on a record (a bucket keeps those of its own traces).
     """
     source = (
         f"read_parquet({sql_list(log_files)}, union_by_name = true, file_row_number = true, filename = true)"
@@ -47,7 +48,7 @@ def build_log_content(con: duckdb.DuckDBPyConnection, log_files: list[str]) -> N
         f"""
         CREATE OR REPLACE TEMP TABLE log_records AS
         SELECT trace_id, span_id, event_name, body, attributes, time_unix_nano, filename, file_row_number
-        FROM {source} WHERE starts_with(event_name, 'gen_ai.')
+        FROM {source} WHERE starts_with(event_name, 'gen_ai.') AND {keep}
         """
     )
     con.execute(

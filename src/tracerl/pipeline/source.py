@@ -108,12 +108,13 @@ def find_span_files(path: str | os.PathLike) -> SpanFiles:
     return result
 
 
-def register_raw_spans(con: duckdb.DuckDBPyConnection, found: SpanFiles) -> None:
+def register_raw_spans(con: duckdb.DuckDBPyConnection, found: SpanFiles, keep: str = "true") -> None:
     """View ``raw_spans``: all span files, columns unified by name to ``SPANS_SCHEMA``.
 
     Files written by older writers may lack newer promoted columns; they read as NULL.
     ``file_index`` (position in ``files``) and ``file_row`` locate each row, so the
-    writer can later read the token arrays of exactly the rows it needs.
+    writer can later read the token arrays of exactly the rows it needs. ``keep``: a condition on
+    a span row (a bucket of a distributed build keeps its own traces, :mod:`tracerl.pipeline.buckets`).
     """
     files = found.files
     found.location.register(con)
@@ -131,20 +132,21 @@ def register_raw_spans(con: duckdb.DuckDBPyConnection, found: SpanFiles) -> None
     con.execute(
         f"CREATE OR REPLACE VIEW raw_spans AS SELECT {cols}, f.file_index, file_row_number AS file_row "
         f"FROM read_parquet({sql_list(files)}, union_by_name = true, filename = true, file_row_number = true) "
-        f"JOIN span_files f USING (filename)"
+        f"JOIN span_files f USING (filename) WHERE {keep}"
     )
 
 
-def register_late_rewards(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
+def register_late_rewards(con: duckdb.DuckDBPyConnection, files: list[str], keep: str = "true") -> None:
     """View ``late_rewards`` over reward files (Parquet, CSV or JSONL) keyed by episode, trace, response or rollout id.
 
     A file may lack optional columns (they read as NULL); columns beyond ``REWARDS_SCHEMA`` are ignored.
+    ``keep``: a condition on a reward row (a bucket keeps those of its own episodes).
     """
     parts = [empty_select(REWARDS_SCHEMA)]
     for f in files:
         parts.append(_reward_select(f))
     columns = ", ".join(f'"{field.name}"' for field in REWARDS_SCHEMA)
-    con.execute(f"CREATE OR REPLACE VIEW late_rewards AS SELECT {columns} FROM ({' UNION ALL BY NAME '.join(parts)})")
+    con.execute(f"CREATE OR REPLACE VIEW late_rewards AS SELECT {columns} FROM ({' UNION ALL BY NAME '.join(parts)}) WHERE {keep}")
 
 
 def _reward_select(file: str) -> str:
