@@ -26,6 +26,7 @@ from tracerl.core.storage import write_parquet_atomic
 from tracerl.pipeline import build_dataset, dataset_table
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.schemas import attributes as A
+from tracerl.schemas import spans_table
 from tracerl.schemas.logs import log_row, logs_table
 from tracerl_testing.installed import require_module
 from tracerl_testing.span_builders import chat_episode, episode_span, llm_call, reward_span, span, trace_of, write_spans
@@ -40,7 +41,9 @@ ray = require_module("ray", "pip install -e '.[ray]'")
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # what build_dataset_on_ray sets: Ray's next default
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # the workers' credentials for the S3 test's moto server (a cluster's nodes have their own)
+    credentials = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_EC2_METADATA_DISABLED": "true"}
+    ray.init(runtime_env={"env_vars": credentials}, num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
@@ -125,6 +128,18 @@ def test_edge_cases_across_buckets_build_the_same_dataset(tmp_path):
     assert sum(on_ray["engine"]["spans_per_bucket"]) == counts["spans"]["rows"]
 
 
+def test_the_demos_rounds_build_the_same_dataset(tmp_path):
+    from dataclasses import replace
+
+    from tracerl.orchestration.demo.recipe import DEMO
+    from tracerl.orchestration.loop.loop import run_loop
+
+    run_loop(DEMO, replace(DEMO.defaults, out=tmp_path / "demo", rounds=1, tasks_per_round=8, eval_tasks=8))
+    for round_dir in sorted((tmp_path / "demo" / "rounds").iterdir()):  # round 0's data, and round 1's after a training step
+        one, on_ray = build_both(round_dir / "data", tmp_path / round_dir.name, buckets=3)
+        assert_same_dataset(tmp_path / round_dir.name, one, on_ray)
+
+
 def test_agentlightning_rollouts_build_the_same_dataset(tmp_path):
     one, on_ray = build_both(AGENTLIGHTNING, tmp_path, rewards=(str(AGENTLIGHTNING / "store_rewards.jsonl"),))
     assert_same_dataset(tmp_path, one, on_ray)
@@ -138,6 +153,18 @@ def test_incremental_trajectory_and_rloo_build_the_same_dataset(tmp_path):
     one, on_ray = build_both(data, tmp_path, advantage="rloo", trajectory=True, incremental=True)
     assert one["counts"]["episodes"]["already_processed"] == 8
     assert_same_dataset(tmp_path, one, on_ray)
+
+
+def test_spans_on_s3_build_the_same_dataset(s3, tmp_path):
+    store = f"s3://traces/prod?endpoint_override={s3.removeprefix('http://')}&scheme=http&region=us-east-1"
+    path, _, query = store.partition("?")
+    for hour in range(3):  # three collectors' hours, each a file
+        rows = [row for n in range(4) for row in chat_episode(f"h{hour}-e{n}", task=f"h{hour}-t{n % 2}", reward=n / 3)]
+        write_parquet_atomic(spans_table(rows), f"{path}/spans?{query}", prefix="spans", partition=f"date=2026-01-01/hour={hour:02d}")
+    one, on_ray = build_both(store, tmp_path, buckets=2)
+    assert_same_dataset(tmp_path, one, on_ray)
+    # six task groups, two an hour, cut in file order: each bucket reads two of the three files
+    assert on_ray["engine"]["span_files_per_bucket"] == [2, 2]
 
 
 def test_a_batch_baseline_is_refused_naming_what_to_do_instead(tmp_path):

@@ -94,7 +94,8 @@ def plan(parts: list[pa.Table], buckets: int) -> Plan:
     con = duckdb.connect()
     keys = pa.concat_tables([p.cast(KEYS_SCHEMA) for p in parts]) if parts else KEYS_SCHEMA.empty_table()
     con.register("found", keys)
-    # a trace's spans may lie in several chunks: its span count is the sum, its end the latest
+    # a trace's spans may lie in several chunks (of disjoint files, so each chunk's row differs in first_file):
+    # its span count is the sum, its end the latest
     con.execute("CREATE TABLE traces AS SELECT trace_id, sum(spans) AS spans, max(end_ns) AS end_ns, min(first_file) AS first_file "
                 "FROM (SELECT DISTINCT trace_id, spans, end_ns, first_file FROM found) GROUP BY trace_id")
     con.execute(f"""

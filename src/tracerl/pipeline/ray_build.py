@@ -181,4 +181,5 @@ def build_dataset_on_ray(
     if not opts.incremental:
         dataset_folder.clear_previous(out_dir, previous)
     return finish(out_dir, opts, written, started, progress,
-                  engine={"name": "ray", "buckets": count, "spans_per_bucket": plan.spans})
+                  engine={"name": "ray", "buckets": count, "spans_per_bucket": plan.spans,
+                          "span_files_per_bucket": [len(f) for f in files_of]})
