@@ -167,6 +167,25 @@ def test_spans_on_s3_build_the_same_dataset(s3, tmp_path):
     assert on_ray["engine"]["span_files_per_bucket"] == [2, 2]
 
 
+def test_a_file_with_bad_data_fails_clearly_and_keeps_the_old_dataset(tmp_path):
+    from tracerl.pipeline.ray_build import build_dataset_on_ray
+
+    data = tmp_path / "data"
+    write_spans(data, [row for n in range(4) for row in chat_episode(f"e{n}", reward=n % 2)])
+    build_dataset_on_ray(data, tmp_path / "out", buckets_count=2)
+    before = dataset_table(tmp_path / "out")
+    write_spans(data, chat_episode("late-file"))
+    path = max((data / "spans").rglob("*.parquet"), key=lambda p: p.stat().st_mtime_ns)
+    raw = bytearray(path.read_bytes())
+    footer = int.from_bytes(raw[-8:-4], "little") + 8
+    raw[4:len(raw) - footer] = b"\xff" * (len(raw) - footer - 4)  # every page damaged, footer intact
+    path.write_bytes(bytes(raw))
+    with pytest.raises(PipelineInputError, match="reading the span files failed"):
+        build_dataset_on_ray(data, tmp_path / "out", buckets_count=2)
+    assert dataset_table(tmp_path / "out").equals(before)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "out"]  # no staging folder left
+
+
 def test_a_batch_baseline_is_refused_naming_what_to_do_instead(tmp_path):
     from tracerl.pipeline.ray_build import build_dataset_on_ray
 

@@ -34,8 +34,8 @@ from tracerl.schemas import attributes as A
 
 # what a readable footer over unreadable data raises, from DuckDB (often its base Error) or pyarrow;
 # mistakes in SQL are not input errors and are not caught
-_READ_ERRORS = (duckdb.Error, pa.ArrowException, OSError)
-_SQL_MISTAKES = (duckdb.BinderException, duckdb.CatalogException, duckdb.ParserException)
+READ_ERRORS = (duckdb.Error, pa.ArrowException, OSError)
+SQL_MISTAKES = (duckdb.BinderException, duckdb.CatalogException, duckdb.ParserException)
 
 
 Progress = Callable[[str, int | None], None]  # (stage description, total rows or None)
@@ -240,8 +240,8 @@ def write_transitions(
                 dataset_tables(con, analysis.files, trajectory=opts.trajectory, tally=tally, retokenizer=retokenizer),
                 str(into), on_rows or (lambda n: None),
             )
-        except _READ_ERRORS as exc:
-            if isinstance(exc, _SQL_MISTAKES):
+        except READ_ERRORS as exc:
+            if isinstance(exc, SQL_MISTAKES):
                 raise
             # a file whose footer is fine but whose data is not: keep the previous dataset intact
             for partial in set(dataset_folder.transition_files(into)) - before:

@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from tracerl.core.extras import missing_message
 from tracerl.pipeline import buckets, dataset_folder, log_content, normalize, source
-from tracerl.pipeline.build import Progress, Written, _noop, connect, finish, inputs, write_transitions
+from tracerl.pipeline.build import READ_ERRORS, SQL_MISTAKES, Progress, Written, _noop, connect, finish, inputs, write_transitions
 from tracerl.pipeline.counts import summed
 from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.retokenize import Retokenizer
@@ -73,6 +73,10 @@ def _keys(files: source.SpanFiles, offset: int, memory_limit: str) -> tuple[pa.T
         where = con.sql(
             "SELECT DISTINCT m.trace_id, f.filename FROM span_meta m JOIN span_files f USING (file_index)"
         ).to_arrow_table()
+    except READ_ERRORS as exc:
+        if isinstance(exc, SQL_MISTAKES):
+            raise
+        raise PipelineInputError(f"reading the span files failed ({exc}); nothing was written") from exc
     finally:
         con.close()
     return keys, where
@@ -97,9 +101,11 @@ def _wait(ray, refs: list, progress: Progress, what: str) -> list:
         ready, pending = ray.wait(pending, num_returns=1)
         try:
             ray.get(ready[0])
-        except Exception:
+        except Exception as exc:
             for ref in pending:
                 ray.cancel(ref, force=True)
+            if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(exc.cause, PipelineInputError):
+                raise exc.cause from None  # the input's fault, said as the one-process build says it
             raise
         done += 1
         progress(f"{what} {done}/{len(refs)}", None)
