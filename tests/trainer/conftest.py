@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tracerl.schemas import DATASET_SCHEMA, DATASET_SCHEMA_VERSION
-from tracerl.trainer.training.dataset import MANIFEST_FILE, MANIFEST_SCHEMA_VERSION
+from tracerl.schemas.dataset_folder import MANIFEST_FILE, MANIFEST_SCHEMA_VERSION
 
 
 @pytest.fixture(scope="session")

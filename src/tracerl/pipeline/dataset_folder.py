@@ -1,4 +1,5 @@
-"""The folder a build writes: what lives where, and the watermark read from it.
+"""The writer's side of the dataset folder (:mod:`tracerl.schemas.dataset_folder` is the folder every
+reader uses): the manifest written whole, the watermark of incremental builds, exports beside it.
 
 ::
 
@@ -34,26 +35,27 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tracerl.pipeline.sql_text import sql_list
-from tracerl.schemas import DATASET_SCHEMA
-from tracerl.schemas import attributes as A
+from tracerl.schemas.dataset_folder import MANIFEST_FILE as MANIFEST
+from tracerl.schemas.dataset_folder import DatasetFolder, transition_files
 
-MANIFEST = A.DATASET_MANIFEST_FILE
+__all__ = ["MANIFEST", "clear_previous", "dataset_table", "episode_count", "export_folder", "read_manifest",
+           "register_processed", "transition_files", "write_manifest"]
 
 
-def transition_files(out: str | os.PathLike) -> list[Path]:
-    """The dataset's files, in the order they were written."""
-    return sorted(Path(out).glob(A.DATASET_FILES_GLOB))
+def read_manifest(out: str | os.PathLike) -> dict[str, Any]:
+    """The manifest of the dataset in ``out`` (``FileNotFoundError`` naming it when the folder has none)."""
+    return DatasetFolder(out).manifest()
+
+
+def dataset_table(out: str | os.PathLike) -> pa.Table:
+    """All transitions of a dataset folder in (episode, step) order (for tests and small tools)."""
+    return DatasetFolder(out).table()
 
 
 def export_folder(out: str | os.PathLike, kind: str) -> Path:
     """Where the ``kind`` export of the dataset in ``out`` goes: ``OUT-kind`` beside it."""
     folder = Path(out)
     return folder.parent / f"{folder.name}-{kind}"
-
-
-def read_manifest(out: str | os.PathLike) -> dict[str, Any]:
-    """The manifest of the dataset in ``out`` (``FileNotFoundError`` naming it when the folder has none)."""
-    return json.loads((Path(out) / MANIFEST).read_text())
 
 
 def write_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -63,15 +65,6 @@ def write_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     partial.write_text(text)
     os.replace(partial, out / MANIFEST)
     return json.loads(text)
-
-
-def dataset_table(out: str | os.PathLike) -> pa.Table:
-    """All transitions of a dataset folder in (episode, step) order (for tests and small tools)."""
-    files = transition_files(out)
-    if not files:
-        return DATASET_SCHEMA.empty_table()
-    table = pa.concat_tables(pq.read_table(f) for f in files)
-    return table.sort_by([("episode_id", "ascending"), ("step", "ascending")])
 
 
 def episode_count(files: list[str] | list[Path]) -> int:

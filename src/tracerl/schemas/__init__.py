@@ -11,6 +11,7 @@ from tracerl.core.lazy import lazy_attributes
 _PUBLIC = {
     "DATASET_SCHEMA": "tracerl.schemas.dataset",
     "DATASET_SCHEMA_VERSION": "tracerl.schemas.dataset",
+    "DatasetFolder": "tracerl.schemas.dataset_folder",
     "REWARDS_SCHEMA": "tracerl.schemas.rewards",
     "REWARDS_SCHEMA_VERSION": "tracerl.schemas.rewards",
     "SPANS_SCHEMA": "tracerl.schemas.spans",

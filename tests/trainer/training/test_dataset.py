@@ -11,14 +11,8 @@ import pytest
 
 from tracerl.pipeline import build_dataset, dataset_table
 from tracerl.schemas import DATASET_SCHEMA_VERSION
-from tracerl.trainer.training.dataset import (
-    MANIFEST_FILE,
-    DatasetError,
-    DatasetVersionError,
-    EmptyDatasetError,
-    read_dataset,
-    transition_files,
-)
+from tracerl.schemas.dataset_folder import MANIFEST_FILE, DatasetVersionError, transition_files
+from tracerl.trainer.training.dataset import DatasetError, EmptyDatasetError, read_dataset
 from tracerl_testing.span_builders import episode_span, llm_call, reward_span, write_spans
 
 

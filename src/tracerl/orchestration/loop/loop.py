@@ -46,8 +46,8 @@ from tracerl.orchestration.loop.plots import plot_reward_curve
 from tracerl.orchestration.loop.recipe import POLICY_MODEL_NAME, AgentRecipe, Task
 from tracerl.orchestration.loop.warm_start import starting_policy, supervised_samples
 from tracerl.orchestration.rounds.registry import PolicyRegistry
-from tracerl.orchestration.rounds.round import dataset_episodes, publish_record, utc_now
-from tracerl.pipeline.dataset_folder import transition_files
+from tracerl.orchestration.rounds.round import publish_record, utc_now
+from tracerl.schemas.dataset_folder import DatasetFolder
 from tracerl.pipeline.options import check_policies
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.schemas import environment as E
@@ -508,7 +508,7 @@ def train_and_publish(
         return {**fields, **clock.seconds, "status": "publish_failed", "reason": str(exc), "checkpoint": str(failed)}
     policy.record({
         "version": version, "kind": "trained", "parent": policy.version, "checkpoint": str(checkpoint),
-        "episodes": [{"episode_id": e, "policy_versions": v} for e, v in sorted(dataset_episodes(transition_files(dataset), policy.rows).items())],
+        "episodes": [{"episode_id": e, "policy_versions": v} for e, v in sorted(DatasetFolder(dataset).episodes(policy.rows).items())],
         "metrics": stats.as_dict(), "skipped": skipped, "published": [publish_record(published, endpoint_url, policy.target.kind)],
     })
     policy.version, policy.served = version, checkpoint

@@ -41,9 +41,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 
-from tracerl.pipeline.dataset_folder import MANIFEST, transition_files
+from tracerl.pipeline.dataset_folder import MANIFEST
+from tracerl.schemas.dataset_folder import DatasetFolder, episodes_of, index_of, transition_files
 from tracerl.schemas import attributes as A
 from tracerl.core.storage import fsync_dir
 from tracerl.orchestration.rounds.config import Endpoint, RoundConfig
@@ -192,15 +192,16 @@ def policy_round(config: RoundConfig, state: StateFolder, policy: str | None, on
             if policy is None:
                 build_dataset(config.spans, state.dataset, **_build_options(config))
             files = [f for f in transition_files(state.dataset) if f.name not in registry.claimed_files()]
-            episodes = dataset_episodes(files, policy)
+            episodes = episodes_of(index_of(files), policy)
             if len(episodes) < config.min_episodes:
                 summary.status, summary.version, summary.episodes = "idle", None, len(episodes)
                 summary.reason = (f"{len(episodes)} new episode(s) since version {parent['version']}, "
                                   f"fewer than min_episodes {config.min_episodes}")
                 return summary
             _link_plan(files, state.dataset, plan)
-    episodes = dataset_episodes(transition_files(plan), policy)
-    summary.episodes, summary.transitions = len(episodes), _rows(plan, policy)
+    planned = DatasetFolder(plan)  # its rows' index read once, for the episodes and the count
+    episodes = planned.episodes(policy)
+    summary.episodes, summary.transitions = len(episodes), planned.rows(policy)
 
     if not checkpoint.exists():
         from tracerl.trainer.training.dataset import DatasetError, EmptyDatasetError
@@ -215,7 +216,7 @@ def policy_round(config: RoundConfig, state: StateFolder, policy: str | None, on
                 )
             except EmptyDatasetError as exc:  # no row to train on (too stale, empty responses): never a blocker;
                 # set the files aside, record why, go on
-                files = sorted(f.name for f in transition_files(plan))
+                files = sorted(f.name for f in planned.files())
                 registry.record_skip({"round": version, "files": files, "episodes": len(episodes), "reason": str(exc), "at": utc_now()})
                 shutil.rmtree(plan)
                 write_metrics(registry, state.metrics)
@@ -236,7 +237,7 @@ def policy_round(config: RoundConfig, state: StateFolder, policy: str | None, on
     with clock("record"):
         registry.append({
             "version": version, "kind": "trained", "parent": parent["version"], "checkpoint": str(checkpoint),
-            "dataset": {"path": str(plan), "files": sorted(f.name for f in transition_files(plan)),
+            "dataset": {"path": str(plan), "files": sorted(f.name for f in planned.files()),
                         "manifest": manifest.get("dataset", {}).get("manifest")},
             "episodes": [{"episode_id": e, "policy_versions": v} for e, v in sorted(episodes.items())],
             "metrics": manifest.get("metrics"), "skipped": manifest.get("dataset", {}).get("skipped"),
@@ -328,27 +329,6 @@ class _PhaseClock:
 
 def _build_options(config: RoundConfig) -> dict[str, Any]:
     return {f: getattr(config.build, f) for f in config.build.__dataclass_fields__}
-
-
-def dataset_episodes(files: list[Path], policy: str | None = None) -> dict[str, list[int]]:
-    """Each episode of ``files`` (with ``policy``: that policy has rows in) and the policy versions that sampled its calls."""
-    versions: dict[str, set[int]] = {}
-    for path in files:
-        table = pq.read_table(path, columns=["episode_id", "policy_version", "policy_name"])
-        rows = zip(table.column("episode_id").to_pylist(), table.column("policy_version").to_pylist(), table.column("policy_name").to_pylist())
-        for episode, version, name in rows:
-            if policy is not None and name != policy:
-                continue
-            versions.setdefault(episode, set())
-            if version is not None:
-                versions[episode].add(version)
-    return {episode: sorted(v) for episode, v in versions.items()}
-
-
-def _rows(folder: Path, policy: str | None = None) -> int:
-    if policy is None:
-        return sum(pq.ParquetFile(path).metadata.num_rows for path in transition_files(folder))
-    return sum(pq.read_table(path, columns=["policy_name"]).column("policy_name").to_pylist().count(policy) for path in transition_files(folder))
 
 
 def _link_plan(files: list[Path], dataset: Path, plan: Path) -> None:

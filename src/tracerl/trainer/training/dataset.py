@@ -12,7 +12,6 @@ import: a column renamed or retyped there fails here at once, not in the middle 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable
@@ -22,17 +21,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracerl.schemas import attributes as A
-from tracerl.schemas.dataset import DATASET_SCHEMA, DATASET_SCHEMA_VERSION
+from tracerl.schemas.dataset import DATASET_SCHEMA
+from tracerl.schemas.dataset_folder import FILES_GLOB, MANIFEST_FILE, DatasetError, DatasetFolder
 
-# The folder's layout, as tracerl.pipeline.build writes it.
-MANIFEST_FILE = A.DATASET_MANIFEST_FILE
-MANIFEST_SCHEMA_VERSION = A.DATASET_MANIFEST_SCHEMA_VERSION
-TRANSITIONS_GLOB = A.DATASET_FILES_GLOB
-
-
-class DatasetError(ValueError):
-    """The folder cannot be trained on; the message says why and what to run."""
+__all__ = ["DatasetError", "EmptyDatasetError", "Sample", "StaleDatasetError", "read_dataset"]
 
 
 class EmptyDatasetError(DatasetError):
@@ -41,10 +33,6 @@ class EmptyDatasetError(DatasetError):
 
 class StaleDatasetError(EmptyDatasetError):
     """Every row was sampled by a policy too many versions old: nothing to train, and nothing wrong with the data."""
-
-
-class DatasetVersionError(DatasetError):
-    """The dataset was built with another schema version than this tracerl reads."""
 
 
 @dataclass
@@ -66,36 +54,6 @@ _NOT_COLUMNS = {"target_only"}
 SAMPLE_COLUMNS = pa.schema([DATASET_SCHEMA.field(f.name) for f in fields(Sample) if f.name not in _NOT_COLUMNS])
 
 
-def transition_files(dataset_dir: str | os.PathLike) -> list[Path]:
-    """The dataset's Parquet files in name order (the order the pipeline wrote them)."""
-    return sorted(Path(dataset_dir).glob(TRANSITIONS_GLOB))
-
-
-def check_schema_version(dataset_dir: str | os.PathLike) -> dict:
-    """The dataset's manifest, once its schema version is the one this tracerl reads."""
-    folder = Path(dataset_dir)
-    path = folder / MANIFEST_FILE
-    rebuild = f"rebuild it with `pipeline build-dataset --spans SPANS --out {folder}`"
-    if not path.is_file():
-        raise DatasetVersionError(
-            f"{folder} has no {MANIFEST_FILE}, so the schema version of its transitions is unknown "
-            f"(a folder written by `pipeline build-dataset` always has one): {rebuild}"
-        )
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        found = manifest[MANIFEST_SCHEMA_VERSION]
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
-        raise DatasetVersionError(f"{path} is not a dataset manifest with a {MANIFEST_SCHEMA_VERSION!r} ({exc!r}): {rebuild}") from None
-    if found != DATASET_SCHEMA_VERSION:
-        spans = (manifest.get("inputs") or {}).get("spans") or "SPANS"
-        raise DatasetVersionError(
-            f"{folder} holds dataset schema version {found}, and this tracerl trains on version "
-            f"{DATASET_SCHEMA_VERSION}: rebuild it from its spans with "
-            f"`pipeline build-dataset --spans {spans} --out {folder}`"
-        )
-    return manifest
-
-
 def read_dataset(
     dataset_dir: str | os.PathLike, *, max_policy_lag: int | None = None, policy_version: int | None = None,
     policy: str | None = None,
@@ -110,14 +68,14 @@ def read_dataset(
     dataset) are skipped: the importance ratio of so stale a sample is too far from 1 for
     clipping to keep the update safe. Rows with no policy version are skipped then too.
     """
-    folder = Path(dataset_dir)
-    files = transition_files(folder)
-    if not files and not (folder / MANIFEST_FILE).exists():
-        raise EmptyDatasetError(f"no {TRANSITIONS_GLOB} in {folder}: run `tracerl pipeline build-dataset` first")
-    manifest = check_schema_version(folder)
+    folder = DatasetFolder(dataset_dir)
+    files = folder.files()
+    if not files and not (folder.path / MANIFEST_FILE).exists():
+        raise EmptyDatasetError(f"no {FILES_GLOB} in {folder.path}: run `tracerl pipeline build-dataset` first")
+    manifest = folder.checked_manifest()
     if not files:
         notes = "; ".join(manifest.get("warnings") or []) or "see its manifest's counts"
-        raise EmptyDatasetError(f"{folder} holds no transitions ({notes})")
+        raise EmptyDatasetError(f"{folder.path} holds no transitions ({notes})")
     table = pa.concat_tables(_read_columns(f) for f in files)
     samples: list[Sample] = []
     skipped: dict[str, int] = {}
@@ -142,11 +100,11 @@ def read_dataset(
     if max_policy_lag is not None:
         fresh = _within_policy_lag(samples, max_policy_lag, policy_version, skip)
         if samples and not fresh:
-            raise StaleDatasetError(f"{folder} holds no usable transition: every row is more than {max_policy_lag} policy versions old (skipped: {skipped})")
+            raise StaleDatasetError(f"{folder.path} holds no usable transition: every row is more than {max_policy_lag} policy versions old (skipped: {skipped})")
         samples = fresh
     if not samples:
         whose = f" of policy {policy!r}" if policy is not None else ""
-        raise EmptyDatasetError(f"{folder} holds no usable transition{whose} (skipped: {skipped})")
+        raise EmptyDatasetError(f"{folder.path} holds no usable transition{whose} (skipped: {skipped})")
     samples.sort(key=_content_order)
     return samples, skipped
 

@@ -45,12 +45,13 @@ def train_checkpoint(
     dataset that cannot be trained on.
     """
     from tracerl.trainer.training.checkpoint import read_checkpoint_manifest
-    from tracerl.trainer.training.dataset import check_schema_version, read_dataset
+    from tracerl.schemas.dataset_folder import DatasetFolder
+    from tracerl.trainer.training.dataset import read_dataset
 
     config = config or TrainConfig()
     parent_version = (read_checkpoint_manifest(model) or {}).get("policy_version")
     samples, skipped = read_dataset(dataset, max_policy_lag=max_policy_lag, policy_version=parent_version, policy=policy)
-    dataset_manifest = check_schema_version(dataset)
+    dataset_manifest = DatasetFolder(dataset).checked_manifest()
     options = options or OpenRLHFOptions()
     trainer = load_trainer(backend, model, config, options)
     lead = trainer.rank == 0  # under a multi-GPU launcher, rank 0 speaks and publishes
