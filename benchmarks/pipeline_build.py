@@ -64,7 +64,8 @@ print(json.dumps({{"seconds": time.perf_counter() - started, "transitions": mani
 
 ON_RAY = """
 import json, os, sys, time
-os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+from tracerl.schemas import environment as E
+os.environ.setdefault(E.RAY_ACCEL_OVERRIDE_ENV, "0")
 import ray
 from tracerl.pipeline.ray_build import build_dataset_on_ray
 ray.init(num_cpus={workers}, include_dashboard=False, log_to_driver=False)

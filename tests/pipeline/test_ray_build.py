@@ -26,6 +26,7 @@ from tracerl.core.storage import write_parquet_atomic
 from tracerl.pipeline import build_dataset, dataset_table
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.schemas import attributes as A
+from tracerl.schemas import environment as E
 from tracerl.schemas import spans_table
 from tracerl.schemas.logs import log_row, logs_table
 from tracerl_testing.installed import require_module
@@ -40,7 +41,7 @@ ray = require_module("ray", "pip install -e '.[ray]'")
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # what build_dataset_on_ray sets: Ray's next default
+    os.environ.setdefault(E.RAY_ACCEL_OVERRIDE_ENV, "0")  # what build_dataset_on_ray sets: Ray's next default
     # the workers' credentials for the S3 test's moto server (a cluster's nodes have their own)
     credentials = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_EC2_METADATA_DISABLED": "true"}
     ray.init(runtime_env={"env_vars": credentials}, num_cpus=2, include_dashboard=False, log_to_driver=False)

@@ -16,7 +16,7 @@ from tracerl.schemas import environment as E
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "src" / "tracerl" / "schemas" / "environment.py"
-NAME = re.compile(r"^(TRACERL|OTEL|VLLM|TRACELOOP|OPENAI)_[A-Z0-9_]+$")
+NAME = re.compile(r"^(TRACERL|OTEL|VLLM|TRACELOOP|OPENAI|RAY)_[A-Z0-9_]+$")
 
 
 def spelled_names() -> list[str]:

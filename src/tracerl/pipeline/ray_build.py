@@ -41,9 +41,9 @@ from tracerl.pipeline.counts import summed
 from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.retokenize import Retokenizer
 from tracerl.pipeline.source import PipelineInputError
+from tracerl.schemas import environment as E
 
 BUCKET_RETRIES = 3  # a bucket whose worker died (or that hit an OSError) is run again this many times
-ENGINE_ENV = "RAY_ADDRESS"  # Ray's own variable: where the cluster is (none: a local Ray on this machine)
 
 
 def _ray():
@@ -135,9 +135,8 @@ def build_dataset_on_ray(
         Retokenizer(opts.retokenize)  # a bad folder fails here, before any work
     files = source.find_span_files(spans)
     if not ray.is_initialized():
-        # the behaviour Ray announces as its next default (tasks asking no GPU see no GPU variable rewritten), without its warning
-        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-        ray.init(address=address or os.environ.get(ENGINE_ENV), include_dashboard=False, log_to_driver=False)
+        os.environ.setdefault(E.RAY_ACCEL_OVERRIDE_ENV, "0")
+        ray.init(address=address or os.environ.get(E.RAY_ADDRESS_ENV), include_dashboard=False, log_to_driver=False)
     count = buckets_count or max(1, int(ray.cluster_resources().get("CPU", 1)))
     worker_opts = replace(opts, threads=1)
 

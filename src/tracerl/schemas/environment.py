@@ -62,3 +62,7 @@ OPENAI_API_KEY_ENV = "OPENAI_API_KEY"
 VLLM_CPU_KVCACHE_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"  # GiB of KV cache of the CPU vLLM
 VLLM_SERVER_DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"  # vLLM's /collective_rpc and sleep endpoints (weight reloads)
 VLLM_RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+RAY_ADDRESS_ENV = "RAY_ADDRESS"  # `build-dataset --engine ray`: the cluster (unset: a local Ray)
+# set to "0" before a local Ray starts: Ray's announced next default (tasks asking no GPU keep the
+# device variables as they are), without the warning it prints until then
+RAY_ACCEL_OVERRIDE_ENV = "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO"
