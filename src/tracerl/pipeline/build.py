@@ -25,7 +25,7 @@ import tracerl
 from tracerl.pipeline import air, buckets, credit, dataset_folder, episodes, judgment_log, log_content, normalize, rewards, selection, source
 from tracerl.pipeline.counts import merge, warnings
 from tracerl.pipeline.location import locate
-from tracerl.pipeline.options import EXPORTS, BuildOptions
+from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.tables import AFTER_ANALYZE
 from tracerl.pipeline.retokenize import Retokenizer
 from tracerl.pipeline.writer import WriteTally, dataset_tables, write_dataset

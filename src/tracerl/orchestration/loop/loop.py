@@ -45,6 +45,7 @@ from tracerl.orchestration.loop.config import SERVERS, LoopConfig
 from tracerl.orchestration.loop.plots import plot_reward_curve
 from tracerl.orchestration.loop.recipe import POLICY_MODEL_NAME, AgentRecipe, Task
 from tracerl.orchestration.loop.warm_start import starting_policy, supervised_samples
+from tracerl.orchestration.phases import PhaseClock
 from tracerl.orchestration.rounds.registry import PolicyRegistry
 from tracerl.orchestration.rounds.round import publish_record, utc_now
 from tracerl.schemas.dataset_folder import DatasetFolder
@@ -292,21 +293,6 @@ def checkpoints_bytes(folder: Path) -> int:
     return sum(folder_bytes(child) for child in folder.iterdir() if child.is_dir())
 
 
-class PhaseClock:
-    """Seconds per phase of a round, as the row's ``<phase>_seconds`` fields."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    @contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        began = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[f"{name}_seconds"] = round(time.perf_counter() - began, 3)
-
-
 @dataclass
 class LoopPolicy:
     """One policy the loop trains: its trainer, its publish target, its folder (checkpoints ``vN``, ``registry.json``).
@@ -455,7 +441,7 @@ def run_loop(
                 row["policies"] = per_policy
             else:
                 row.update({k: v for k, v in per_policy[POLICY_MODEL_NAME].items() if k not in ("policy_version", "published_version")})
-            row.update(clock.seconds, seconds=round(time.time() - t0, 2))
+            row.update(clock.fields(), seconds=round(time.time() - t0, 2))
             rows.append(row)
             with metrics_path.open("a", encoding="utf-8") as handle:
                 handle.write(json.dumps(row) + "\n")
@@ -505,7 +491,7 @@ def train_and_publish(
         failed.parent.mkdir(parents=True, exist_ok=True)
         os.replace(checkpoint, failed)
         policy.trainer = load_trainer(cfg.backend, policy.served, cfg.train, cfg.openrlhf)
-        return {**fields, **clock.seconds, "status": "publish_failed", "reason": str(exc), "checkpoint": str(failed)}
+        return {**fields, **clock.fields(), "status": "publish_failed", "reason": str(exc), "checkpoint": str(failed)}
     policy.record({
         "version": version, "kind": "trained", "parent": policy.version, "checkpoint": str(checkpoint),
         "episodes": [{"episode_id": e, "policy_versions": v} for e, v in sorted(DatasetFolder(dataset).episodes(policy.rows).items())],
@@ -513,5 +499,5 @@ def train_and_publish(
     })
     policy.version, policy.served = version, checkpoint
     prune_checkpoints(sorted(policy.folder.glob("v*"), key=lambda p: int(p.name[1:])), keep=cfg.keep_checkpoints)
-    return {**fields, **clock.seconds, "status": "trained", "published_version": version, "kept_checkpoint_bytes": checkpoints_bytes(policy.folder)}
+    return {**fields, **clock.fields(), "status": "trained", "published_version": version, "kept_checkpoint_bytes": checkpoints_bytes(policy.folder)}
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 
+from tracerl.orchestration.phases import PhaseClock
 from tracerl.pipeline.dataset_folder import MANIFEST
 from tracerl.schemas.dataset_folder import DatasetFolder, episodes_of, index_of, transition_files
 from tracerl.schemas import attributes as A
@@ -139,7 +139,7 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
     root = StateFolder(config.state)
     root.remove_partials()
     summary = RoundSummary(policies={})
-    clock = _PhaseClock(summary, on_phase, should_stop)
+    clock = _phase_clock(summary, on_phase, should_stop)
     with clock("build"):
         build_dataset(config.spans, root.dataset, **_build_options(config))
     for name in config.policies:
@@ -159,7 +159,7 @@ def _report(config: RoundConfig, state: StateFolder, summary: RoundSummary, on_p
     trained = summary.status in ("trained", "held") or any(p["status"] in ("trained", "held") for p in (summary.policies or {}).values())
     if not (config.report and trained):
         return
-    clock = _PhaseClock(summary, on_phase, should_stop)
+    clock = _phase_clock(summary, on_phase, should_stop)
     with clock("report"):
         try:
             from tracerl.pipeline.report import write_report
@@ -181,7 +181,7 @@ def policy_round(config: RoundConfig, state: StateFolder, policy: str | None, on
     parent = registry.current()
     assert parent is not None  # the base version is never held back
     summary = RoundSummary(version=version, parent=parent["version"])
-    clock = _PhaseClock(summary, on_phase, should_stop)
+    clock = _phase_clock(summary, on_phase, should_stop)
 
     plan = state.round_dataset(version)
     checkpoint = state.checkpoint(version)
@@ -295,36 +295,14 @@ def write_metrics(registry: PolicyRegistry, path: Path) -> None:
     os.replace(partial, path)
 
 
-class _PhaseClock:
+def _phase_clock(summary: RoundSummary, on_phase: Callable[[str], None], should_stop: Callable[[], bool]) -> PhaseClock:
     """Times each phase into the summary, tells ``on_phase``, and stops between phases when asked."""
 
-    def __init__(self, summary: RoundSummary, on_phase: Callable[[str], None], should_stop: Callable[[], bool]) -> None:
-        self.summary, self.on_phase, self.should_stop = summary, on_phase, should_stop
-        self.name: str | None = None
-        self.started = 0.0
+    def check(name: str) -> None:
+        if should_stop():
+            raise RoundStopped(f"stopped before {name} of round {summary.version}")
 
-    def __call__(self, name: str) -> _PhaseClock:
-        if self.should_stop():
-            raise RoundStopped(f"stopped before {name} of round {self.summary.version}")
-        self.mark(name)
-        return self
-
-    def mark(self, name: str) -> None:
-        """A new phase starts (``checkpoint`` starts inside ``train``)."""
-        self._close()
-        self.name, self.started = name, time.monotonic()
-        self.on_phase(name)
-
-    def _close(self) -> None:
-        if self.name is not None:
-            self.summary.seconds[self.name] = round(time.monotonic() - self.started, 3)
-            self.name = None
-
-    def __enter__(self) -> _PhaseClock:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._close()
+    return PhaseClock(summary.seconds, on_phase, check)
 
 
 def _build_options(config: RoundConfig) -> dict[str, Any]:
