@@ -1,14 +1,31 @@
-"""The policy registry: versions, and the rounds set aside because every row was too stale."""
+"""The policy registry: versions in one shape whoever made them, and the rounds set aside because every row was too stale."""
 
 from __future__ import annotations
 
+import pytest
+
+from tracerl.orchestration.rounds.registry import PolicyRegistry, RegistryError, VersionEntry
+
 
 def test_a_skipped_rounds_files_are_claimed_without_making_a_version(tmp_path):
-    from tracerl.orchestration.rounds.registry import PolicyRegistry
-
     registry = PolicyRegistry(tmp_path)
-    registry.append({"version": 0, "kind": "base", "parent": None, "checkpoint": "base", "published": [], "recorded_at": "t0"})
+    registry.append(VersionEntry(0, "base", None, "base", recorded_at="t0"))
     registry.record_skip({"round": 1, "files": ["transitions-a.parquet"], "reason": "every row is more than 2 policy versions old", "at": "t1"})
     assert registry.latest()["version"] == 0 and registry.claimed_files() == {"transitions-a.parquet"}
-    registry.append({"version": 1, "kind": "trained", "parent": 0, "checkpoint": "v1", "dataset": {"files": ["transitions-b.parquet"]}, "recorded_at": "t2"})
+    registry.append(VersionEntry(1, "trained", 0, "v1", dataset={"files": ["transitions-b.parquet"]}, recorded_at="t2"))
     assert registry.claimed_files() == {"transitions-a.parquet", "transitions-b.parquet"} and len(registry.skipped()) == 1
+
+
+def test_every_kind_of_version_is_written_in_one_shape_and_numbers_must_follow(tmp_path):
+    registry = PolicyRegistry(tmp_path)
+    base = registry.append(VersionEntry(0, "base", None, "base", recorded_at="t0"))
+    assert base == {"version": 0, "kind": "base", "parent": None, "checkpoint": "base", "published": [], "recorded_at": "t0"}
+    # the local loop's trained version: no dataset folder, no phases
+    loop = registry.append(VersionEntry(1, "trained", 0, "v1", episodes=[{"episode_id": "e", "policy_versions": [0]}], metrics={"loss": 0.1}))
+    assert list(loop) == ["version", "kind", "parent", "checkpoint", "episodes", "metrics", "skipped", "published", "recorded_at"]
+    # a scheduled round's: the same fields, and its dataset, phases and gate
+    scheduled = registry.append(VersionEntry(2, "trained", 1, "v2", dataset={"files": []}, seconds={"train": 1.0}, eval_reward=0.5, gate={"held": False}))
+    assert set(scheduled) == set(loop) | {"dataset", "seconds", "eval_reward", "gate"}
+    assert registry.entries() == [base, loop, scheduled]
+    with pytest.raises(RegistryError, match="version 4 does not follow 2"):
+        registry.append(VersionEntry(4, "rollback", 1, "v4"))

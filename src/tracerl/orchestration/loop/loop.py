@@ -46,8 +46,8 @@ from tracerl.orchestration.loop.plots import plot_reward_curve
 from tracerl.orchestration.loop.recipe import POLICY_MODEL_NAME, AgentRecipe, Task
 from tracerl.orchestration.loop.warm_start import starting_policy, supervised_samples
 from tracerl.orchestration.phases import PhaseClock
-from tracerl.orchestration.rounds.registry import PolicyRegistry
-from tracerl.orchestration.rounds.round import publish_record, utc_now
+from tracerl.orchestration.rounds.registry import PolicyRegistry, VersionEntry, episode_entries
+from tracerl.orchestration.rounds.round import publish_record
 from tracerl.schemas.dataset_folder import DatasetFolder
 from tracerl.pipeline.options import check_policies
 from tracerl.pipeline.source import PipelineInputError
@@ -314,8 +314,8 @@ class LoopPolicy:
     def registry(self) -> PolicyRegistry:
         return PolicyRegistry(self.folder)
 
-    def record(self, entry: dict) -> None:
-        self.registry.append({**entry, "recorded_at": utc_now()})
+    def record(self, entry: VersionEntry) -> None:
+        self.registry.append(entry)
 
 
 def check_setup(cfg: LoopConfig, endpoint: PolicyEndpoint | None) -> None:
@@ -382,10 +382,9 @@ def run_loop(
             if lora and not endpoint:  # the agents call the adapter: the starting one (untrained LoRA is the base model) first
                 policy.served = trainer.save(folder / "v0")
                 published = publish(policy.served, policy.target, version=0)
-                policy.record({"version": 0, "kind": "base", "parent": None, "checkpoint": str(policy.served),
-                               "published": [publish_record(published, served.base_url, policy.target.kind)]})
+                policy.record(VersionEntry(0, "base", None, str(policy.served), published=[publish_record(published, served.base_url, policy.target.kind)]))
             else:
-                policy.record({"version": 0, "kind": "base", "parent": None, "checkpoint": str(start), "published": []})
+                policy.record(VersionEntry(0, "base", None, str(start)))
             policies.append(policy)
         trainer = policies[0].trainer
         phase(0, f"training {', '.join(names)} with {cfg.backend} on {trainer.device}, learning rate {trainer.learning_rate:g}")
@@ -492,11 +491,10 @@ def train_and_publish(
         os.replace(checkpoint, failed)
         policy.trainer = load_trainer(cfg.backend, policy.served, cfg.train, cfg.openrlhf)
         return {**fields, **clock.fields(), "status": "publish_failed", "reason": str(exc), "checkpoint": str(failed)}
-    policy.record({
-        "version": version, "kind": "trained", "parent": policy.version, "checkpoint": str(checkpoint),
-        "episodes": [{"episode_id": e, "policy_versions": v} for e, v in sorted(DatasetFolder(dataset).episodes(policy.rows).items())],
-        "metrics": stats.as_dict(), "skipped": skipped, "published": [publish_record(published, endpoint_url, policy.target.kind)],
-    })
+    policy.record(VersionEntry(
+        version, "trained", policy.version, str(checkpoint), published=[publish_record(published, endpoint_url, policy.target.kind)],
+        episodes=episode_entries(DatasetFolder(dataset).episodes(policy.rows)), metrics=stats.as_dict(), skipped=skipped,
+    ))
     policy.version, policy.served = version, checkpoint
     prune_checkpoints(sorted(policy.folder.glob("v*"), key=lambda p: int(p.name[1:])), keep=cfg.keep_checkpoints)
     return {**fields, **clock.fields(), "status": "trained", "published_version": version, "kept_checkpoint_bytes": checkpoints_bytes(policy.folder)}

@@ -22,12 +22,55 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from tracerl.core.storage import fsync_dir, fsync_file
 
 REGISTRY_FILE = "registry.json"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def episode_entries(episodes: dict[str, list[int]]) -> list[dict[str, Any]]:
+    """A trained version's ``episodes``: each id with the policy versions that sampled its calls."""
+    return [{"episode_id": e, "policy_versions": v} for e, v in sorted(episodes.items())]
+
+
+@dataclass
+class VersionEntry:
+    """One policy version, as every writer of a registry records it (the local loop, a scheduled round,
+    a rollback): one shape, whoever made the version."""
+
+    version: int
+    kind: str  # base | trained | rollback
+    parent: int | None
+    checkpoint: str
+    published: list[dict[str, Any]] = field(default_factory=list)
+    # trained versions: the episodes (id, the versions that sampled it), the trainer's metrics and skips
+    episodes: list[dict[str, Any]] | None = None
+    metrics: dict[str, Any] | None = None
+    skipped: dict[str, Any] | None = None
+    # a scheduled round's: its dataset folder (path, files, build manifest), its phases' seconds, its gate
+    dataset: dict[str, Any] | None = None
+    seconds: dict[str, float] | None = None
+    eval_reward: float | None = None
+    gate: dict[str, Any] | None = None
+    recorded_at: str = field(default_factory=utc_now)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON entry: a trained version's episodes, metrics and skips always; the round's fields where it has them."""
+        entry = {"version": self.version, "kind": self.kind, "parent": self.parent, "checkpoint": self.checkpoint}
+        if self.kind == "trained":
+            entry |= {"episodes": self.episodes or [], "metrics": self.metrics, "skipped": self.skipped}
+        for name in ("dataset", "seconds", "eval_reward", "gate"):
+            if getattr(self, name) is not None:
+                entry[name] = getattr(self, name)
+        return entry | {"published": self.published, "recorded_at": self.recorded_at}
 
 
 class RegistryError(ValueError):
@@ -85,12 +128,14 @@ class PolicyRegistry:
         self._write(entries, self.skipped())
         return next(e for e in entries if e["version"] == version)
 
-    def append(self, entry: dict[str, Any]) -> None:
-        """Record ``entry`` as the newest version (its ``version`` must follow the latest's)."""
+    def append(self, version: VersionEntry) -> dict[str, Any]:
+        """Record ``version`` as the newest (its number must follow the latest's); return its entry as written."""
+        entry = version.as_dict()
         entries = self.entries()
         if entries and entry["version"] != entries[-1]["version"] + 1:
             raise RegistryError(f"version {entry['version']} does not follow {entries[-1]['version']} in {self.path}")
         self._write([*entries, entry], self.skipped())
+        return entry
 
     def _write(self, entries: list[dict[str, Any]], skipped: list[dict[str, Any]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,8 @@ from typing import Any
 from tracerl.core.storage import fsync_dir
 from tracerl.orchestration.rounds.config import Endpoint
 from tracerl.orchestration.rounds.registry import PolicyRegistry, RegistryError
-from tracerl.orchestration.rounds.round import StateFolder, utc_now, publish_everywhere
+from tracerl.orchestration.rounds.registry import VersionEntry
+from tracerl.orchestration.rounds.round import StateFolder, publish_everywhere
 from tracerl.trainer.training.checkpoint import has_weights, read_checkpoint_manifest, write_checkpoint_manifest
 
 
@@ -44,10 +45,7 @@ def rollback(state: Path, version: int, endpoints: tuple[Endpoint, ...], policy:
     manifest = read_checkpoint_manifest(target) or {}
     write_checkpoint_manifest(target, {**manifest, "policy_version": new, "rollback_of": version})
     published = publish_everywhere(endpoints, target, new, policy)
-    entry = {"version": new, "kind": "rollback", "parent": version, "checkpoint": str(target), "published": published,
-             "recorded_at": utc_now()}
-    registry.append(entry)
-    return entry
+    return registry.append(VersionEntry(new, "rollback", version, str(target), published=published))
 
 
 def _link_copy(source: Path, target: Path) -> None:

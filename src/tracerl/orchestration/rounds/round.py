@@ -36,7 +36,6 @@ import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +48,7 @@ from tracerl.core.storage import fsync_dir
 from tracerl.orchestration.rounds.config import Endpoint, RoundConfig
 from tracerl.orchestration.rounds.errors import RoundFailed, RoundStopped
 from tracerl.orchestration.rounds.gate import gate
-from tracerl.orchestration.rounds.registry import PolicyRegistry
+from tracerl.orchestration.rounds.registry import PolicyRegistry, VersionEntry, episode_entries, utc_now
 from tracerl.trainer.publish import PublishResult
 from tracerl.trainer.training.checkpoint import prune_checkpoints, read_checkpoint_manifest
 
@@ -115,9 +114,7 @@ def ensure_base(registry: PolicyRegistry, config: RoundConfig) -> dict[str, Any]
     """The registry's newest version, recording the starting policy as the first one if it is empty."""
     latest = registry.latest()
     if latest is None:
-        latest = {"version": config.base_version, "kind": "base", "parent": None, "checkpoint": str(config.model.resolve()),
-                  "published": [], "recorded_at": utc_now()}
-        registry.append(latest)
+        latest = registry.append(VersionEntry(config.base_version, "base", None, str(config.model.resolve())))
     return latest
 
 
@@ -235,15 +232,12 @@ def policy_round(config: RoundConfig, state: StateFolder, policy: str | None, on
         if not (decision and decision["held"]):
             summary.published = publish_everywhere(config.endpoints, checkpoint, version, policy)
     with clock("record"):
-        registry.append({
-            "version": version, "kind": "trained", "parent": parent["version"], "checkpoint": str(checkpoint),
-            "dataset": {"path": str(plan), "files": sorted(f.name for f in planned.files()),
-                        "manifest": manifest.get("dataset", {}).get("manifest")},
-            "episodes": [{"episode_id": e, "policy_versions": v} for e, v in sorted(episodes.items())],
-            "metrics": manifest.get("metrics"), "skipped": manifest.get("dataset", {}).get("skipped"),
-            "published": summary.published, "seconds": summary.seconds, "recorded_at": utc_now(),
-            **({"eval_reward": decision["eval_reward"], "gate": decision} if decision else {}),
-        })
+        registry.append(VersionEntry(
+            version, "trained", parent["version"], str(checkpoint), published=summary.published,
+            episodes=episode_entries(episodes), metrics=manifest.get("metrics"), skipped=manifest.get("dataset", {}).get("skipped"),
+            dataset={"path": str(plan), "files": sorted(f.name for f in planned.files()), "manifest": manifest.get("dataset", {}).get("manifest")},
+            seconds=summary.seconds, eval_reward=decision["eval_reward"] if decision else None, gate=decision,
+        ))
         write_metrics(registry, state.metrics)
         prune_versions(registry, config.keep_checkpoints)
     summary.status = "held" if decision and decision["held"] else "trained"
@@ -323,6 +317,3 @@ def _link_plan(files: list[Path], dataset: Path, plan: Path) -> None:
     os.replace(partial, plan)
     fsync_dir(plan.parent)
 
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
