@@ -46,8 +46,7 @@ from tracerl.orchestration.loop.plots import plot_reward_curve
 from tracerl.orchestration.loop.recipe import POLICY_MODEL_NAME, AgentRecipe, Task
 from tracerl.orchestration.loop.warm_start import starting_policy, supervised_samples
 from tracerl.orchestration.phases import PhaseClock
-from tracerl.orchestration.rounds.registry import PolicyRegistry, VersionEntry, episode_entries
-from tracerl.orchestration.rounds.round import publish_record
+from tracerl.orchestration.rounds.registry import PolicyRegistry, VersionEntry, episode_entries, publish_record
 from tracerl.schemas.dataset_folder import DatasetFolder
 from tracerl.pipeline.options import check_policies
 from tracerl.pipeline.source import PipelineInputError

@@ -28,12 +28,18 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.core.storage import fsync_dir, fsync_file
+from tracerl.trainer.publish import PublishResult
 
 REGISTRY_FILE = "registry.json"
 
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def publish_record(result: PublishResult, url: str, kind: str) -> dict[str, Any]:
+    """What the registry keeps of one publish: where, as which version, how fast, when."""
+    return {"endpoint": url, "kind": kind, "policy_version": result.policy_version, "seconds": round(result.seconds, 3), "at": utc_now()}
 
 
 def episode_entries(episodes: dict[str, list[int]]) -> list[dict[str, Any]]:

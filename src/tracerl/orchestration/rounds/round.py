@@ -48,8 +48,7 @@ from tracerl.core.storage import fsync_dir
 from tracerl.orchestration.rounds.config import Endpoint, RoundConfig
 from tracerl.orchestration.rounds.errors import RoundFailed, RoundStopped
 from tracerl.orchestration.rounds.gate import gate
-from tracerl.orchestration.rounds.registry import PolicyRegistry, VersionEntry, episode_entries, utc_now
-from tracerl.trainer.publish import PublishResult
+from tracerl.orchestration.rounds.registry import PolicyRegistry, VersionEntry, episode_entries, publish_record, utc_now
 from tracerl.trainer.training.checkpoint import prune_checkpoints, read_checkpoint_manifest
 
 
@@ -256,11 +255,6 @@ def publish_everywhere(endpoints: tuple[Endpoint, ...], checkpoint: Path, versio
             raise RoundFailed("publish_failed", f"version {version} ({checkpoint}) not published: {exc}") from exc
         published.append(publish_record(result, endpoint.url, endpoint.kind))
     return published
-
-
-def publish_record(result: PublishResult, url: str, kind: str) -> dict[str, Any]:
-    """What the registry keeps of one publish: where, as which version, how fast, when."""
-    return {"endpoint": url, "kind": kind, "policy_version": result.policy_version, "seconds": round(result.seconds, 3), "at": utc_now()}
 
 
 def prune_versions(registry: PolicyRegistry, keep: int) -> list[Path]:
