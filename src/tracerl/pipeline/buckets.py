@@ -36,6 +36,7 @@ TASK_SEEN, TASK_UNSEEN = "\x1ftask-seen:", "\x1ftask-unseen:"
 PLAN_SCHEMA = pa.schema([("key", pa.string()), ("bucket", pa.int32())])
 KEYS_SCHEMA = pa.schema([("trace_id", pa.string()), ("key", pa.string()), ("spans", pa.int64()), ("end_ns", pa.int64()),
                          ("first_file", pa.int64())])
+FILES_SCHEMA = pa.schema([("trace_id", pa.string()), ("filename", pa.string())])
 
 
 def keys_of_spans(con: duckdb.DuckDBPyConnection, file_offset: int = 0) -> pa.Table:
@@ -57,6 +58,13 @@ def keys_of_spans(con: duckdb.DuckDBPyConnection, file_offset: int = 0) -> pa.Ta
         SELECT trace_id, key, spans, end_ns, first_file FROM keys JOIN traces USING (trace_id) WHERE key IS NOT NULL
         """
     ).to_arrow_table().cast(KEYS_SCHEMA)
+
+
+def files_of_traces(con: duckdb.DuckDBPyConnection) -> pa.Table:
+    """Each trace of ``span_meta`` with each span file it lies in (what a bucket will have to read)."""
+    return con.sql(
+        "SELECT DISTINCT m.trace_id, f.filename FROM span_meta m JOIN span_files f USING (file_index)"
+    ).to_arrow_table().cast(FILES_SCHEMA)
 
 
 class _Components:
@@ -82,18 +90,21 @@ class _Components:
 
 @dataclass(frozen=True)
 class Plan:
-    """Every key of the input and its bucket; per bucket, its span count; the input's clock."""
+    """Every key of the input and its bucket; per bucket, its span count and the span files it reads; the input's clock."""
 
     keys: pa.Table  # PLAN_SCHEMA
     spans: list[int]
+    files: list[list[str]]
     clock_ns: int | None
 
 
-def plan(parts: list[pa.Table], buckets: int) -> Plan:
-    """Deal the components of the keys found (``keys_of_spans`` of every chunk of files) out to ``buckets`` buckets."""
+def plan(parts: list[pa.Table], buckets: int, where: list[pa.Table] | None = None) -> Plan:
+    """Deal the components of the keys found (``keys_of_spans`` of every chunk of files) out to ``buckets`` buckets;
+    ``where`` (``files_of_traces`` of the chunks) gives each bucket the files that hold its traces."""
     con = duckdb.connect()
     keys = pa.concat_tables([p.cast(KEYS_SCHEMA) for p in parts]) if parts else KEYS_SCHEMA.empty_table()
     con.register("found", keys)
+    con.register("located", pa.concat_tables([w.cast(FILES_SCHEMA) for w in where]) if where else FILES_SCHEMA.empty_table())
     # a trace's spans may lie in several chunks (of disjoint files, so each chunk's row differs in first_file):
     # its span count is the sum, its end the latest
     con.execute("CREATE TABLE traces AS SELECT trace_id, sum(spans) AS spans, max(end_ns) AS end_ns, min(first_file) AS first_file "
@@ -136,9 +147,13 @@ def plan(parts: list[pa.Table], buckets: int) -> Plan:
                              schema=pa.schema([("trace_id", pa.string()), ("bucket", pa.int32())]))
     con.register("trace_buckets", trace_buckets)
     table = con.sql("SELECT DISTINCT key, bucket FROM pairs JOIN trace_buckets USING (trace_id) ORDER BY key").to_arrow_table()
+    files: list[list[str]] = [[] for _ in range(buckets)]
+    for bucket, names in con.execute("SELECT bucket, list(DISTINCT filename ORDER BY filename) FROM located "
+                                     "JOIN trace_buckets USING (trace_id) GROUP BY bucket").fetchall():
+        files[bucket] = names
     clock = con.execute("SELECT max(end_ns) FROM traces").fetchall()[0][0]
     con.close()
-    return Plan(keys=table.cast(PLAN_SCHEMA), spans=load, clock_ns=clock)
+    return Plan(keys=table.cast(PLAN_SCHEMA), spans=load, files=files, clock_ns=clock)
 
 
 PLAN_RELATION = "bucket_plan"  # the plan, in a bucket's connection (outside tables.py's registry: unbucketed builds lack it)

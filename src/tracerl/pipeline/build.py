@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -216,6 +217,20 @@ class Written:
     clock_ns: int | None  # the latest span end read: the watermark's data clock
 
 
+@contextmanager
+def reading_spans(then: str, undo: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """Data that fails to read (a file whose footer is fine but whose data is not) is the input's fault:
+    ``undo`` what was written, and raise :class:`~tracerl.pipeline.source.PipelineInputError` saying so and ``then``.
+    Mistakes in SQL are not input errors and pass through."""
+    try:
+        yield
+    except READ_ERRORS as exc:
+        if isinstance(exc, SQL_MISTAKES):
+            raise
+        undo()
+        raise source.PipelineInputError(f"reading the span files failed ({exc}); {then}") from exc
+
+
 def write_transitions(
     spans: str | os.PathLike | source.SpanFiles, into: Path, opts: BuildOptions, *, processed_from: Path | None,
     progress: Progress = _noop, on_rows: Callable[[int], None] | None = None, retokenizer: Retokenizer | None = None,
@@ -228,8 +243,13 @@ def write_transitions(
     so the folder holds what it held before.
     """
     before = set(dataset_folder.transition_files(into))
+
+    def undo() -> None:  # keep the previous dataset intact
+        for partial in set(dataset_folder.transition_files(into)) - before:
+            partial.unlink()
+
     with tempfile.TemporaryDirectory(prefix=".duckdb-", dir=into) as tmp:
-        try:
+        with reading_spans(f"{into} was left as it was", undo):
             analysis = analyze(spans, opts, out=processed_from, progress=progress, temp_dir=tmp, bucket=bucket)
             con = analysis.con
             clock = con.execute("SELECT max(end_ns) FROM span_meta").fetchall()[0][0]
@@ -240,13 +260,6 @@ def write_transitions(
                 dataset_tables(con, analysis.files, trajectory=opts.trajectory, tally=tally, retokenizer=retokenizer),
                 str(into), on_rows or (lambda n: None),
             )
-        except READ_ERRORS as exc:
-            if isinstance(exc, SQL_MISTAKES):
-                raise
-            # a file whose footer is fine but whose data is not: keep the previous dataset intact
-            for partial in set(dataset_folder.transition_files(into)) - before:
-                partial.unlink()
-            raise source.PipelineInputError(f"reading the span files failed ({exc}); {into} was left as it was") from exc
         con.close()
     # what the write dropped or rebuilt joins the counts of the stages before it
     counts = merge([analysis.counts, {"llm_calls": {"skipped": dict(tally.skipped), "retokenized": tally.retokenized},

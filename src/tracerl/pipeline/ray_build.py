@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from tracerl.core.extras import missing_message
 from tracerl.pipeline import buckets, dataset_folder, log_content, normalize, source
-from tracerl.pipeline.build import READ_ERRORS, SQL_MISTAKES, Progress, Written, _noop, connect, finish, inputs, write_transitions
+from tracerl.pipeline.build import Progress, Written, _noop, connect, finish, inputs, reading_spans, write_transitions
 from tracerl.pipeline.counts import summed
 from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.retokenize import Retokenizer
@@ -66,20 +66,13 @@ def _keys(files: source.SpanFiles, offset: int, memory_limit: str) -> tuple[pa.T
     names, and the files each trace lies in."""
     con = connect(1, memory_limit)
     try:
-        source.register_raw_spans(con, files)
-        log_content.build_log_content(con, [])  # ids are all the plan reads: the message content is not needed
-        normalize.build_span_meta(con)
-        keys = buckets.keys_of_spans(con, offset)
-        where = con.sql(
-            "SELECT DISTINCT m.trace_id, f.filename FROM span_meta m JOIN span_files f USING (file_index)"
-        ).to_arrow_table()
-    except READ_ERRORS as exc:
-        if isinstance(exc, SQL_MISTAKES):
-            raise
-        raise PipelineInputError(f"reading the span files failed ({exc}); nothing was written") from exc
+        with reading_spans("nothing was written"):
+            source.register_raw_spans(con, files)
+            log_content.build_log_content(con, [])  # ids are all the plan reads: the message content is not needed
+            normalize.build_span_meta(con)
+            return buckets.keys_of_spans(con, offset), buckets.files_of_traces(con)
     finally:
         con.close()
-    return keys, where
 
 
 def _build_bucket(files: source.SpanFiles, opts: BuildOptions, index: int, plan: pa.Table, clock_ns: int | None,
@@ -96,20 +89,19 @@ def _build_bucket(files: source.SpanFiles, opts: BuildOptions, index: int, plan:
 def _wait(ray, refs: list, progress: Progress, what: str) -> list:
     """Every task's result in order, reporting each that ends; the first failure cancels the rest and is raised."""
     pending = list(refs)
-    done = 0
+    results = {}
     while pending:
         ready, pending = ray.wait(pending, num_returns=1)
         try:
-            ray.get(ready[0])
+            results[ready[0]] = ray.get(ready[0])
         except Exception as exc:
             for ref in pending:
                 ray.cancel(ref, force=True)
             if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(exc.cause, PipelineInputError):
                 raise exc.cause from None  # the input's fault, said as the one-process build says it
             raise
-        done += 1
-        progress(f"{what} {done}/{len(refs)}", None)
-    return ray.get(refs)
+        progress(f"{what} {len(results)}/{len(refs)}", None)
+    return [results[ref] for ref in refs]
 
 
 def build_dataset_on_ray(
@@ -145,13 +137,8 @@ def build_dataset_on_ray(
     keys_task = ray.remote(num_cpus=1, max_retries=BUCKET_RETRIES)(_keys)
     found = _wait(ray, [keys_task.remote(_subset(files, files.files[i:i + chunk]), i, opts.memory_limit)
                         for i in range(0, len(files.files), chunk)], progress, "planned chunk")
-    plan = buckets.plan([keys for keys, _ in found], count)
+    plan = buckets.plan([keys for keys, _ in found], count, [where for _, where in found])
     plan_ref = ray.put(plan.keys)
-    where = pa.concat_tables([w for _, w in found]) if found else pa.table({"trace_id": [], "filename": []})
-    bucket_of_trace = dict(zip(*plan.keys.select(["key", "bucket"]).to_pydict().values()))
-    files_of: list[set[str]] = [set() for _ in range(count)]
-    for trace, filename in zip(where.column("trace_id").to_pylist(), where.column("filename").to_pylist()):
-        files_of[bucket_of_trace[trace]].add(filename)
 
     staging = out_dir.parent / f".{out_dir.name}.ray-{uuid.uuid4().hex[:12]}"
     bucket_task = ray.remote(num_cpus=1, max_retries=BUCKET_RETRIES, retry_exceptions=[OSError])(_build_bucket)
@@ -159,7 +146,7 @@ def build_dataset_on_ray(
         refs = [
             bucket_task.remote(
                 # bucket 0 also takes the inputs that name no trace, and must run even when it holds no span file
-                _subset(files, sorted(files_of[i])), worker_opts, i, plan_ref, plan.clock_ns, str(staging / str(i)),
+                _subset(files, plan.files[i]), worker_opts, i, plan_ref, plan.clock_ns, str(staging / str(i)),
                 str(out_dir) if opts.incremental else None,
             )
             for i in range(count)
@@ -181,10 +168,9 @@ def build_dataset_on_ray(
     counts.update(source.counts(files))
     counts["judgments"]["files"] = parts[0].counts["judgments"]["files"]
     counts["episodes"]["already_processed"] = dataset_folder.episode_count(sorted(previous)) if opts.incremental else 0
-    clocks = [part.clock_ns for part in parts if part.clock_ns is not None]
-    written = Written(paths=paths, counts=counts, inputs=inputs(files, opts), rules=parts[0].rules, clock_ns=max(clocks, default=None))
+    written = Written(paths=paths, counts=counts, inputs=inputs(files, opts), rules=parts[0].rules, clock_ns=plan.clock_ns)
     if not opts.incremental:
         dataset_folder.clear_previous(out_dir, previous)
     return finish(out_dir, opts, written, started, progress,
                   engine={"name": "ray", "buckets": count, "spans_per_bucket": plan.spans,
-                          "span_files_per_bucket": [len(f) for f in files_of]})
+                          "span_files_per_bucket": [len(f) for f in plan.files]})
