@@ -2,7 +2,7 @@
 
 Shared by ``learning.py`` (does RL beat its controls, on every seed?) and
 ``credit_assignment.py`` (which credit assignment learns best?). Each run is a fresh
-process (spawned) calling :func:`tracerl.orchestration.loop.loop.run_loop` with the recipe's
+process (spawned) calling :func:`tracerl.orchestration.local.run.run_local` with the recipe's
 defaults plus the variant's changes; ``--parallel 2`` runs two at once on two cores
 (each run trains with one thread), which is how the figures in the READMEs were taken
 unless they say otherwise.
@@ -21,8 +21,8 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from tracerl.orchestration.loop.plots import reward_axes
-from tracerl.orchestration.loop.recipe import AgentRecipe
+from tracerl.orchestration.local.plots import reward_axes
+from tracerl.orchestration.local.recipe import AgentRecipe
 
 # `examples.*` recipes import from the repository root, as their READMEs run them; spawned runs inherit sys.path
 REPO = Path(__file__).resolve().parents[1]
@@ -33,7 +33,7 @@ if str(REPO) not in sys.path:
 @dataclass(frozen=True)
 class Variant:
     name: str
-    changes: dict[str, Any] = field(default_factory=dict)  # LoopConfig fields
+    changes: dict[str, Any] = field(default_factory=dict)  # LocalConfig fields
     train_changes: dict[str, Any] = field(default_factory=dict)  # TrainConfig fields
 
 
@@ -44,7 +44,7 @@ def load_recipe(reference: str) -> AgentRecipe:
 
 
 def _run_one(reference: str, variant: Variant, seed: int, rounds: int | None, out: str, setup: Variant = Variant("recipe")) -> dict:
-    from tracerl.orchestration.loop.loop import run_loop
+    from tracerl.orchestration.local.run import run_local
 
     recipe = load_recipe(reference)
     d = recipe.defaults
@@ -53,7 +53,7 @@ def _run_one(reference: str, variant: Variant, seed: int, rounds: int | None, ou
         train=replace(d.train, **{**setup.train_changes, **variant.train_changes}, seed=seed),
     )
     started = time.time()
-    rows = run_loop(recipe, cfg)
+    rows = run_local(recipe, cfg)
     return {"variant": variant.name, "seed": seed, "seconds": round(time.time() - started, 1),
             "held_out": [r["eval_mean_reward"] for r in rows], "train": [r["train_mean_reward"] for r in rows],
             "round_seconds": [r["seconds"] for r in rows], "rollout_seconds": [r["rollout_seconds"] for r in rows], "rows": rows}

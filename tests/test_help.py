@@ -1,6 +1,7 @@
 """Every command's ``--help`` reads at 80 columns: each option's full names are there, never cut.
 
-The commands are walked from the ``tracerl`` app itself, so a command added tomorrow is checked too.
+The commands are walked from the ``tracerl`` app itself, so a command added tomorrow is checked too,
+and from each example's ``python -m examples.X.train`` program.
 """
 
 from __future__ import annotations
@@ -10,7 +11,11 @@ from collections.abc import Iterator
 import typer
 from typer import _click as click  # typer 0.29 carries its own click: its commands are that click's
 
+from examples.calc.recipe import RECIPE as CALC
+from examples.rag.recipe import RECIPE as RAG
+from examples.sql.recipe import RECIPE as SQL
 from tracerl.cli import build_app
+from tracerl.orchestration.local.cli import recipe_app
 
 
 def commands(command: click.Command, path: tuple[str, ...] = ("tracerl",)) -> Iterator[tuple[tuple[str, ...], click.Command]]:
@@ -21,6 +26,12 @@ def commands(command: click.Command, path: tuple[str, ...] = ("tracerl",)) -> It
             yield from commands(command.get_command(context, name), (*path, name))
 
 
+def every_command() -> Iterator[tuple[tuple[str, ...], click.Command]]:
+    yield from commands(typer.main.get_command(build_app()))
+    for recipe in (CALC, RAG, SQL):
+        yield from commands(typer.main.get_command(recipe_app(recipe)), (f"python -m examples.{recipe.name}.train",))
+
+
 def help_at(width: int, path: tuple[str, ...], command: click.Command) -> str:
     context = click.Context(command, info_name=" ".join(path), terminal_width=width, max_content_width=width)
     return command.get_help(context)
@@ -28,7 +39,7 @@ def help_at(width: int, path: tuple[str, ...], command: click.Command) -> str:
 
 def test_every_option_name_is_whole_in_every_help_at_80_columns():
     cut = {}
-    walked = list(commands(typer.main.get_command(build_app())))
+    walked = list(every_command())
     for path, command in walked:
         text = help_at(80, path, command)
         missing = [name for param in command.params if param.param_type_name == "option" and not param.hidden
@@ -42,7 +53,7 @@ def test_every_option_name_is_whole_in_every_help_at_80_columns():
 def test_no_help_line_is_wider_than_80_columns_except_an_option_name():
     """Click wraps help text to the width; only an option's own names may run past it."""
     wide = {}
-    for path, command in commands(typer.main.get_command(build_app())):
+    for path, command in every_command():
         lines = [line for line in help_at(80, path, command).splitlines() if len(line) > 80 and not line.lstrip().startswith("-")]
         if lines:
             wide[" ".join(path)] = lines

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from examples.calc import task as calc
-from tracerl.orchestration.loop.config import LoopConfig
-from tracerl.orchestration.loop.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
+from tracerl.orchestration.local.config import LocalConfig
+from tracerl.orchestration.local.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
 from tracerl.trainer.serving import tool_parser
 
 OPERATIONS = tuple(calc.PHRASES)
@@ -104,5 +104,5 @@ RECIPE = AgentRecipe(
     tiny_agent_args=("--examples", "0"),
     sends_tools=True,
     version=8,
-    defaults=LoopConfig(out=Path("runs/calc"), rounds=8, tasks_per_round=32, group_size=4, eval_tasks=100, tool_call_parser="hermes"),
+    defaults=LocalConfig(out=Path("runs/calc"), rounds=8, tasks_per_round=32, group_size=4, eval_tasks=100, tool_call_parser="hermes"),
 )

@@ -10,8 +10,8 @@ from agents.models.chatcmpl_converter import Converter
 
 from examples.rag import task as rag
 from examples.rag.agent import search_tool
-from tracerl.orchestration.loop.config import LoopConfig
-from tracerl.orchestration.loop.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
+from tracerl.orchestration.local.config import LocalConfig
+from tracerl.orchestration.local.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
 from tracerl.trainer.serving import tool_parser
 from tracerl.trainer.training.config import TrainConfig
 
@@ -70,7 +70,7 @@ RECIPE = AgentRecipe(
     tokenizer_corpus=_tokenizer_corpus(),
     sends_tools=True,
     version=1,
-    defaults=LoopConfig(
+    defaults=LocalConfig(
         out=Path("runs/rag"), rounds=8, tasks_per_round=16, group_size=4, eval_tasks=24, tool_call_parser="hermes",
         tiny_learning_rate=1e-3, train=TrainConfig(epochs=2, minibatch_size=32),
     ),

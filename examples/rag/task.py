@@ -38,7 +38,7 @@ import duckdb
 
 from examples.data_files import DataFormatError, json_objects
 from examples.rag import bm25
-from tracerl.orchestration.loop.recipe import Task  # here: task_id, split, question, answers (gold first, then aliases), corpus
+from tracerl.orchestration.local.recipe import Task  # here: task_id, split, question, answers (gold first, then aliases), corpus
 from tracerl.trainer.tiny_model import default_cache_dir
 
 INSTRUCTIONS = (

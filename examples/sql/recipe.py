@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from examples.sql import task as sql
-from tracerl.orchestration.loop.config import LoopConfig
-from tracerl.orchestration.loop.recipe import AgentRecipe, FormatExample, SkillCount, Task, WarmStartStage
+from tracerl.orchestration.local.config import LocalConfig
+from tracerl.orchestration.local.recipe import AgentRecipe, FormatExample, SkillCount, Task, WarmStartStage
 from tracerl.schemas import attributes as A
 
 
@@ -157,7 +157,7 @@ RECIPE = AgentRecipe(
     tokenizer_corpus=tokenizer_corpus(),
     held_out_skill=held_out_skill,
     version=3,
-    defaults=LoopConfig(
+    defaults=LocalConfig(
         out=Path("runs/sql"), rounds=16, tasks_per_round=32, group_size=8, eval_tasks=100, agents="writer,rewriter",
         replay_samples=64, tiny_learning_rate=5e-4,
     ),

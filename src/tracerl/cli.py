@@ -49,7 +49,7 @@ def _register_training(app: typer.Typer) -> None:
 
 def _register_demo(app: typer.Typer) -> None:
     recipe = _module("orchestration.demo.recipe").DEMO
-    app.command("demo")(_module("orchestration.loop.cli").loop_command(recipe))  # the local loop on the built-in calculator agent
+    app.command("demo")(_module("orchestration.local.cli").local_command(recipe))  # the local loop on the built-in calculator agent
 
 
 PARTS = (

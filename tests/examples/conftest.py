@@ -26,7 +26,7 @@ def shared_policy_cache(tmp_path_factory):
 def teach_tiny_model(tmp_path_factory) -> Callable[..., Path]:
     """``teach_tiny_model(recipe, examples, epochs)``: a tiny model with the recipe's tokenizer, taught
     ``examples`` (supervised, on the agent's own prompts), so a test knows what its agent will do."""
-    from tracerl.orchestration.loop.warm_start import supervised_samples
+    from tracerl.orchestration.local.warm_start import supervised_samples
     from tracerl.trainer.tiny_model import build_tiny_model
     from tracerl.trainer.training.config import TrainConfig
     from tracerl.trainer.training.torch_backend import PolicyTrainer

@@ -133,9 +133,9 @@ def test_the_demos_rounds_build_the_same_dataset(tmp_path):
     from dataclasses import replace
 
     from tracerl.orchestration.demo.recipe import DEMO
-    from tracerl.orchestration.loop.loop import run_loop
+    from tracerl.orchestration.local.run import run_local
 
-    run_loop(DEMO, replace(DEMO.defaults, out=tmp_path / "demo", rounds=1, tasks_per_round=8, eval_tasks=8))
+    run_local(DEMO, replace(DEMO.defaults, out=tmp_path / "demo", rounds=1, tasks_per_round=8, eval_tasks=8))
     for round_dir in sorted((tmp_path / "demo" / "rounds").iterdir()):  # round 0's data, and round 1's after a training step
         one, on_ray = build_both(round_dir / "data", tmp_path / round_dir.name, buckets=3)
         assert_same_dataset(tmp_path / round_dir.name, one, on_ray)

@@ -15,10 +15,10 @@ from examples.calc import task as calc
 from examples.calc.agent import AGENT_NAME
 from examples.calc.recipe import RECIPE
 from tracerl.schemas import attributes as A
-from tracerl.orchestration.loop.config import LoopConfig
-from tracerl.orchestration.loop.loop import run_loop
-from tracerl.orchestration.loop.recipe import FormatExample
-from tracerl.orchestration.loop.warm_start import supervised_samples
+from tracerl.orchestration.local.config import LocalConfig
+from tracerl.orchestration.local.run import run_local
+from tracerl.orchestration.local.recipe import FormatExample
+from tracerl.orchestration.local.warm_start import supervised_samples
 from tracerl.trainer.serving import tool_parser
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import read_dataset
@@ -46,11 +46,11 @@ def scripted_model(teach_tiny_model) -> Path:
 @pytest.fixture(scope="module")
 def one_round(scripted_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
-    cfg = LoopConfig(
+    cfg = LocalConfig(
         out=out, rounds=1, tasks_per_round=6, group_size=2, eval_tasks=6, seed=0, model=str(scripted_model),
         concurrency=4, train=TrainConfig(epochs=1, minibatch_size=8), agent_args=RECIPE.tiny_agent_args,  # taught without worked examples
     )
-    return out, run_loop(RECIPE, cfg)
+    return out, run_local(RECIPE, cfg)
 
 
 def llm_calls(round_dir: Path) -> list[dict]:
@@ -108,9 +108,9 @@ def test_warm_start_prompts_are_the_prompts_the_agent_sends(one_round, scripted_
 def test_reflect_on_tool_use_is_the_agents_own_switch_passed_through_the_loop(scripted_model, tmp_path):
     """``--agent-args=--reflect-on-tool-use`` (the paper's agent, for a real model): a second call per
     episode reads the tool's result and writes the answer, and both calls are captured for training."""
-    cfg = LoopConfig(out=tmp_path, rounds=0, tasks_per_round=1, group_size=2, eval_tasks=2, seed=0, model=str(scripted_model),
+    cfg = LocalConfig(out=tmp_path, rounds=0, tasks_per_round=1, group_size=2, eval_tasks=2, seed=0, model=str(scripted_model),
                      agent_args=("--reflect-on-tool-use", *RECIPE.tiny_agent_args), train=TrainConfig(epochs=1, minibatch_size=8))
-    run_loop(RECIPE, cfg)
+    run_local(RECIPE, cfg)
     calls = llm_calls(tmp_path / "rounds" / "000")
     by_episode: dict[str, list[dict]] = {}
     for call in sorted(calls, key=lambda c: c["start_time_unix_nano"]):

@@ -95,7 +95,7 @@ def test_a_lora_round_publishes_an_adapter_that_the_next_calls_come_from(smollm2
 
 def test_a_model_whose_template_drops_tools_is_told_so_before_the_first_round(smollm2_folder, tmp_path):
     from examples.calc.recipe import RECIPE
-    from tracerl.orchestration.loop.loop import tools_warning
+    from tracerl.orchestration.local.run import tools_warning
     from tracerl.trainer.from_gguf import gguf_folder
 
     own = gguf_folder(chat_template="gguf", out=tmp_path / "own-template").path  # SmolLM2's template: no tools

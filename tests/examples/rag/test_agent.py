@@ -13,10 +13,10 @@ import pytest
 from examples.rag import task as rag
 from examples.rag.recipe import RECIPE, search_call, warm_start
 from tracerl.schemas import attributes as A
-from tracerl.orchestration.loop.config import LoopConfig
-from tracerl.orchestration.loop.loop import run_loop
-from tracerl.orchestration.loop.recipe import FormatExample
-from tracerl.orchestration.loop.warm_start import supervised_samples
+from tracerl.orchestration.local.config import LocalConfig
+from tracerl.orchestration.local.run import run_local
+from tracerl.orchestration.local.recipe import FormatExample
+from tracerl.orchestration.local.warm_start import supervised_samples
 from tracerl.trainer.serving import tool_parser
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import read_dataset
@@ -52,11 +52,11 @@ def searching_model(teach_tiny_model) -> Path:
 @pytest.fixture(scope="module")
 def one_round(searching_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
-    cfg = LoopConfig(
+    cfg = LocalConfig(
         out=out, rounds=1, tasks_per_round=3, group_size=2, eval_tasks=2, seed=0, model=str(searching_model),
         concurrency=4, train=TrainConfig(epochs=1, minibatch_size=8),
     )
-    return out, run_loop(RECIPE, cfg)
+    return out, run_local(RECIPE, cfg)
 
 
 def episodes(round_dir: Path) -> dict[str, list[dict]]:

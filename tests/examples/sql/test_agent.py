@@ -14,10 +14,10 @@ from examples.sql.agent import sql_db_query
 from examples.sql.recipe import RECIPE
 from tracerl.pipeline.messages import chat_messages
 from tracerl.schemas import attributes as A
-from tracerl.orchestration.loop.config import LoopConfig
-from tracerl.orchestration.loop.loop import run_loop
-from tracerl.orchestration.loop.recipe import FormatExample
-from tracerl.orchestration.loop.warm_start import supervised_samples
+from tracerl.orchestration.local.config import LocalConfig
+from tracerl.orchestration.local.run import run_local
+from tracerl.orchestration.local.recipe import FormatExample
+from tracerl.orchestration.local.warm_start import supervised_samples
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import read_dataset
 from tracerl.trainer.training.torch_backend import PolicyTrainer
@@ -46,12 +46,12 @@ def rejecting_model(teach_tiny_model) -> Path:
 @pytest.fixture(scope="module")
 def one_round(rejecting_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
-    cfg = LoopConfig(
+    cfg = LocalConfig(
         out=out, rounds=1, tasks_per_round=3, group_size=2, eval_tasks=2, seed=0, model=str(rejecting_model),
         agents="writer,rewriter", concurrency=4, train=TrainConfig(epochs=1, minibatch_size=8),
         agent_args=("--examples", "0"),  # the warm start's prompts: a --model gets worked examples by default
     )
-    rows = run_loop(RECIPE, cfg)
+    rows = run_local(RECIPE, cfg)
     return out, rows
 
 

@@ -19,8 +19,8 @@ import duckdb
 import pytest
 
 from examples.sql.recipe import RECIPE
-from tracerl.orchestration.loop.config import LoopConfig
-from tracerl.orchestration.loop.loop import run_loop
+from tracerl.orchestration.local.config import LocalConfig
+from tracerl.orchestration.local.run import run_local
 from tracerl.trainer.training.config import TrainConfig
 
 pytestmark = pytest.mark.slow
@@ -72,7 +72,7 @@ def test_two_policies_train_on_their_own_calls_and_are_served_by_one_vllm(qwen2_
 
 def test_an_adapter_vllm_refuses_holds_its_policy_back_and_the_other_goes_on(qwen2_folder, vllm_python, tmp_path):
     out = tmp_path / "run"
-    cfg = LoopConfig(
+    cfg = LocalConfig(
         out=out, rounds=2, tasks_per_round=2, group_size=2, eval_tasks=2, max_tokens=16, model=str(qwen2_folder), server="vllm",
         policies={"writer": ("writer", "rewriter"), "checker": ("checker",)}, train=TrainConfig(lora_rank=8, learning_rate=1e-5),
     )
@@ -82,7 +82,7 @@ def test_an_adapter_vllm_refuses_holds_its_policy_back_and_the_other_goes_on(qwe
             config = out / "policy" / "checker" / "v1" / "adapter_config.json"
             config.write_text(json.dumps({**json.loads(config.read_text()), "r": 64}))
 
-    rows = run_loop(RECIPE, cfg, on_phase=widen_the_first_checker_adapter)
+    rows = run_local(RECIPE, cfg, on_phase=widen_the_first_checker_adapter)
     first = rows[0]["policies"]
     assert first["writer"]["status"] == "trained" and first["writer"]["published_version"] == 1
     assert first["checker"]["status"] == "publish_failed" and "published_version" not in first["checker"]

@@ -95,7 +95,7 @@ def test_with_a_policy_per_agent_group_each_adapter_replays_its_own_agents_turns
     from types import SimpleNamespace
 
     from examples.sql.recipe import RECIPE
-    from tracerl.orchestration.loop.loop import format_replay_samples
+    from tracerl.orchestration.local.run import format_replay_samples
     from tracerl.trainer.tiny_model import build_tokenizer
 
     train, _ = tasks(0, None)

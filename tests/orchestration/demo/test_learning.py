@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 from tracerl.orchestration.demo.recipe import DEMO
-from tracerl.orchestration.loop.loop import MACHINE_MEASUREMENTS, run_loop
+from tracerl.orchestration.local.run import MACHINE_MEASUREMENTS, run_local
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ OVER_CONTROL = 0.2  # the rise above the shuffled-reward control's
 def test_default_demo_raises_held_out_reward_and_the_shuffled_reward_control_does_not(tmp_path):
     curves = {}
     for variant, shuffled in (("rl", False), ("shuffled", True)):
-        rows = run_loop(DEMO, replace(DEMO.defaults, out=tmp_path / variant, shuffle_rewards=shuffled))
+        rows = run_local(DEMO, replace(DEMO.defaults, out=tmp_path / variant, shuffle_rewards=shuffled))
         curves[variant] = [row["eval_mean_reward"] for row in rows]
     rise = {variant: curve[-1] - curve[0] for variant, curve in curves.items()}
     assert rise["rl"] >= RISE and rise["rl"] - rise["shuffled"] >= OVER_CONTROL, curves
@@ -35,8 +35,8 @@ def test_default_demo_raises_held_out_reward_and_the_shuffled_reward_control_doe
 
 def test_same_seed_same_metrics(tmp_path):
     short = replace(DEMO.defaults, rounds=2, tasks_per_round=8, eval_tasks=12)
-    first = run_loop(DEMO, replace(short, out=tmp_path / "a"))
-    second = run_loop(DEMO, replace(short, out=tmp_path / "b"))
+    first = run_local(DEMO, replace(short, out=tmp_path / "a"))
+    second = run_local(DEMO, replace(short, out=tmp_path / "b"))
     for a, b in zip(first, second, strict=True):
         for field in MACHINE_MEASUREMENTS:  # wall time and memory vary from run to run
             a.pop(field, None), b.pop(field, None)

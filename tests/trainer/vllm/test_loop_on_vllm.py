@@ -20,10 +20,10 @@ from starlette.routing import Route
 
 from tracerl.schemas import attributes as A
 from tracerl.orchestration.demo.recipe import DEMO
-from tracerl.orchestration.loop.config import LoopConfig
-from tracerl.orchestration.loop.loop import PolicyEndpoint, run_loop
-from tracerl.orchestration.loop.recipe import POLICY_MODEL_NAME
-from tracerl.orchestration.loop.warm_start import starting_policy
+from tracerl.orchestration.local.config import LocalConfig
+from tracerl.orchestration.local.run import PolicyEndpoint, run_local
+from tracerl.orchestration.local.recipe import POLICY_MODEL_NAME
+from tracerl.orchestration.local.warm_start import starting_policy
 from tracerl.trainer.publish import VllmReload, publish
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.core.uvicorn_thread import serve_in_thread
@@ -63,13 +63,13 @@ def test_demo_round_on_vllm_captures_exactly_and_publishes_the_trained_weights(v
     publish(start, VllmReload(vllm.base_url), version=0)  # same tokenizer and shapes as the model vLLM started on
     answers: dict[str, dict] = {}
     tasks, group = 6, 4
-    cfg = LoopConfig(
+    cfg = LocalConfig(
         out=tmp_path / "run", rounds=1, tasks_per_round=tasks, group_size=group, eval_tasks=3, seed=0,
         model=str(start), train=TrainConfig(epochs=1, minibatch_size=8, learning_rate=1e-2), server="vllm",
     )
     with serve_in_thread(recording_proxy(vllm.base_url, answers), name="recording-proxy") as proxy:
         endpoint = PolicyEndpoint(f"{proxy}/v1", {POLICY_MODEL_NAME: VllmReload(vllm.base_url, served_checkpoint=start)})
-        rows = run_loop(DEMO, cfg, endpoint=endpoint)
+        rows = run_local(DEMO, cfg, endpoint=endpoint)
     assert [r["policy_version"] for r in rows] == [0, 1] and rows[0]["transitions"] == tasks * group * 2
 
     # 1. every captured call holds exactly the ids and log-probs vLLM answered, and the version it served

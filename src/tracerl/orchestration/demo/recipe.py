@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from tracerl.orchestration.demo import task as demo_task
-from tracerl.orchestration.loop.config import LoopConfig
-from tracerl.orchestration.loop.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
+from tracerl.orchestration.local.config import LocalConfig
+from tracerl.orchestration.local.recipe import AgentRecipe, FormatExample, Task, WarmStartStage
 
 
 def tasks(seed: int, data: Path | None) -> tuple[list[Task], list[Task]]:
@@ -82,5 +82,5 @@ DEMO = AgentRecipe(
     version=9,
     # lr 5e-4: at 1e-3 Adam's first steps (size ~lr whatever the gradient) moved one seed's
     # policy by KL 2 in one round: the tool turn stopped ending and held-out reward fell to 0
-    defaults=LoopConfig(out=Path("runs/demo"), rounds=10, agents=demo_task.TOOL_PICKER, tiny_learning_rate=5e-4),
+    defaults=LocalConfig(out=Path("runs/demo"), rounds=10, agents=demo_task.TOOL_PICKER, tiny_learning_rate=5e-4),
 )

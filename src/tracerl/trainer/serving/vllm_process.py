@@ -22,11 +22,12 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
+from tracerl.core.dataclass_options import option
 from tracerl.core.net import free_port
 from tracerl.schemas import environment as E
 
@@ -75,10 +76,15 @@ class VllmOptions:
     minute at start for nothing).
     """
 
-    dtype: str | None = None
-    enforce_eager: bool | None = None
-    gpu_memory_utilization: float | None = None  # vLLM's default 0.9; lower it to share the GPU with training
-    max_model_len: int | None = None  # vLLM's default: the model's context
+    dtype: str | None = field(default=None, metadata=option(
+        "--vllm-dtype", help="With --server vllm: its --dtype (default: auto on a GPU, float32 on CPU)."))
+    enforce_eager: bool | None = field(default=None, metadata=option(
+        "--enforce-eager/--cuda-graphs", help="With --server vllm: eager mode (default: CUDA graphs on a GPU, eager on CPU)."))
+    gpu_memory_utilization: float | None = field(default=None, metadata=option(
+        "--gpu-memory-utilization", min=0.05, max=1.0,
+        help="With --server vllm: its share of the GPU (vLLM's default 0.9; leave room for training on one GPU)."))
+    max_model_len: int | None = field(default=None, metadata=option(
+        "--max-model-len", min=1, help="With --server vllm: its context length (default: the model's)."))
 
     def arguments(self, cuda: bool, context_length: int | None = None) -> list[str]:
         """The options' command-line arguments; ``context_length``: the model's own (its config), for the CPU's batch size."""

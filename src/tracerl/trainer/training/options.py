@@ -1,11 +1,11 @@
 """The training options every command takes, declared once.
 
 ``tracerl train``, ``tracerl train run`` / ``train loop``, ``tracerl demo`` and each
-``python -m examples.X.train`` are decorated with :func:`with_training_options`: the same
+``python -m examples.X.train`` take them (:func:`with_training_options`, or :func:`training_parameters` in a signature built from a config): the same
 ``--backend``, ``--lr``, ``--micro-batch-size``, ``--lora-rank``, ... with the same help, and
 the command receives a :class:`TrainingOverrides` holding what the user gave. Each command
 applies it over its own defaults (``TrainConfig()``, a round's TOML ``[train]``, a recipe's
-``LoopConfig``), so an option means the same thing everywhere and nothing given changes nothing.
+``LocalConfig``), so an option means the same thing everywhere and nothing given changes nothing.
 """
 
 from __future__ import annotations

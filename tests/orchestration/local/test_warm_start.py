@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tracerl.orchestration.loop.recipe import FormatExample
-from tracerl.orchestration.loop.warm_start import supervised_samples
+from tracerl.orchestration.local.recipe import FormatExample
+from tracerl.orchestration.local.warm_start import supervised_samples
 from tracerl.trainer.serving.prompts import chat_prompt_ids
 from tracerl.trainer.serving.protocol import ChatCompletionRequest
 from tracerl.trainer.tiny_model import build_tokenizer, tiny_model_key

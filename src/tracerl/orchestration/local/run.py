@@ -17,7 +17,7 @@ Each round:
    the endpoint serve as the next policy version (with ``--lora-rank``, the adapter, which
    vLLM swaps in place). Only the newest ``keep_checkpoints`` checkpoints keep their weights.
 
-The endpoint is tracerl's built-in server or ``vllm serve`` (``LoopConfig.server``),
+The endpoint is tracerl's built-in server or ``vllm serve`` (``LocalConfig.server``),
 started on the starting policy for the whole run.
 
 Round 0 evaluates the starting policy before any training. Metrics go to
@@ -41,10 +41,10 @@ from pathlib import Path
 import duckdb
 
 from tracerl.schemas import attributes as A
-from tracerl.orchestration.loop.config import SERVERS, LoopConfig
-from tracerl.orchestration.loop.plots import plot_reward_curve
-from tracerl.orchestration.loop.recipe import POLICY_MODEL_NAME, AgentRecipe, Task
-from tracerl.orchestration.loop.warm_start import starting_policy, supervised_samples
+from tracerl.orchestration.local.config import SERVERS, LocalConfig
+from tracerl.orchestration.local.plots import plot_reward_curve
+from tracerl.orchestration.local.recipe import POLICY_MODEL_NAME, AgentRecipe, Task
+from tracerl.orchestration.local.warm_start import starting_policy, supervised_samples
 from tracerl.orchestration.phases import PhaseClock
 from tracerl.orchestration.rounds.registry import PolicyRegistry, VersionEntry, episode_entries, publish_record
 from tracerl.schemas.dataset_folder import DatasetFolder
@@ -64,7 +64,7 @@ class AgentRunError(RuntimeError):
     """The agent process failed; its output says why."""
 
 
-class LoopSetupError(ValueError):
+class LocalSetupError(ValueError):
     """The options cannot run together; the message says which to change."""
 
 
@@ -84,7 +84,7 @@ def policy_endpoint(
     """``server`` (one of ``SERVERS``) serving ``start`` as policy version 0 until the block ends.
 
     With ``lora`` (LoRA rounds), vLLM serves the base model with LoRA on and the agents call an
-    adapter by its policy's name, one adapter per name of ``policies``; :func:`run_loop`
+    adapter by its policy's name, one adapter per name of ``policies``; :func:`run_local`
     publishes each starting adapter before round 0. Full weights serve one policy.
     """
     if server == "tracerl":
@@ -106,7 +106,7 @@ def policy_endpoint(
         raise ValueError(f"unknown server {server!r}: use one of {', '.join(SERVERS)}")
 
 
-def lora_policy(start: Path | str, cfg: LoopConfig) -> PolicyFolder | None:
+def lora_policy(start: Path | str, cfg: LocalConfig) -> PolicyFolder | None:
     """What a LoRA run serves: the base model and the adapter's rank (``--lora-rank``, or the
     adapter ``--model`` names); None when the full weights are trained."""
     folder = inspect_policy_folder(start) if Path(start).exists() else PolicyFolder(Path(start), str(start), None)
@@ -117,7 +117,7 @@ def lora_policy(start: Path | str, cfg: LoopConfig) -> PolicyFolder | None:
     return None
 
 
-def write_round_tasks(path: Path, train: list[Task], held_out: list[Task], cfg: LoopConfig, rnd: int) -> None:
+def write_round_tasks(path: Path, train: list[Task], held_out: list[Task], cfg: LocalConfig, rnd: int) -> None:
     """Held-out tasks greedily, then ``tasks_per_round`` training tasks ``group_size`` times each, seeded per round."""
     rng = random.Random(cfg.seed * 1000 + rnd)
     lines = [{**task, "temperature": 0.0, "seed": 0} for task in held_out[: cfg.eval_tasks]]
@@ -213,7 +213,7 @@ def tools_warning(recipe: AgentRecipe, start: Path | str) -> str | None:
     )
 
 
-def judge_round(data_dir: Path, cfg: LoopConfig) -> dict[str, int]:
+def judge_round(data_dir: Path, cfg: LocalConfig) -> dict[str, int]:
     """Score the round's training episodes with the judge (``tracerl pipeline judge``); the row's counts.
 
     The scores are written into the round's data dir, where the build finds them; the build then
@@ -248,7 +248,7 @@ def mean_rewards_by_split(data_dir: Path) -> dict[str, float]:
 
 
 def format_replay_samples(
-    recipe: AgentRecipe, trainer: PolicyGradientTrainer, train_tasks: list[Task], cfg: LoopConfig, agents: tuple[str, ...] | None = None,
+    recipe: AgentRecipe, trainer: PolicyGradientTrainer, train_tasks: list[Task], cfg: LocalConfig, agents: tuple[str, ...] | None = None,
 ) -> list[Sample]:
     """The recipe's turns to keep, as supervised samples (none without ``format_replay`` or with ``replay_samples`` 0).
 
@@ -269,7 +269,7 @@ def rewarded_outputs(samples: list[Sample]) -> list[Sample]:
     return [replace(s, target_only=True, response_logprobs=None) for s in samples if s.advantage > 0 and not s.target_only]
 
 
-def training_setup(cfg: LoopConfig) -> LoopConfig:
+def training_setup(cfg: LocalConfig) -> LocalConfig:
     """``cfg`` with the learning rate resolved: given, else the recipe's for its tiny model, else the default for what is trained."""
     if cfg.train.learning_rate is None and not cfg.model:
         return replace(cfg, train=replace(cfg.train, learning_rate=cfg.tiny_learning_rate))
@@ -293,7 +293,7 @@ def checkpoints_bytes(folder: Path) -> int:
 
 
 @dataclass
-class LoopPolicy:
+class LocalPolicy:
     """One policy the loop trains: its trainer, its publish target, its folder (checkpoints ``vN``, ``registry.json``).
 
     One policy (``POLICY_MODEL_NAME``) trains every selected call; with ``--policy``, each is a
@@ -317,27 +317,32 @@ class LoopPolicy:
         self.registry.append(entry)
 
 
-def check_setup(cfg: LoopConfig, endpoint: PolicyEndpoint | None) -> None:
+def check_setup(cfg: LocalConfig, endpoint: PolicyEndpoint | None) -> None:
     """Refuse, before anything starts, options that cannot run together."""
     lora = cfg.train.lora_rank > 0 or bool(cfg.model and lora_policy(cfg.model, cfg))
     if not endpoint and cfg.server != "vllm" and lora:
-        raise LoopSetupError("LoRA rounds publish adapters, which `tracerl serve` does not load: use --server vllm (it swaps the adapter in place)")
+        raise LocalSetupError("LoRA rounds publish adapters, which `tracerl serve` does not load: use --server vllm (it swaps the adapter in place)")
     if cfg.shuffle_rewards and cfg.judge_url:
-        raise LoopSetupError("--shuffle-rewards permutes the agent's own rewards; with --judge-url there are none to train on: use one or the other")
+        raise LocalSetupError("--shuffle-rewards permutes the agent's own rewards; with --judge-url there are none to train on: use one or the other")
     if not cfg.policies:
         return
     try:
         check_policies(cfg.policies, cfg.agents)
     except PipelineInputError as exc:
-        raise LoopSetupError(str(exc)) from None
+        raise LocalSetupError(str(exc)) from None
     if not lora:
-        raise LoopSetupError("several policies are LoRA adapters on one base model: add --lora-rank R (and --server vllm)")
+        raise LocalSetupError("several policies are LoRA adapters on one base model: add --lora-rank R (and --server vllm)")
     if f"{POLICY_MODEL_NAME}-base" in cfg.policies:
-        raise LoopSetupError(f"{POLICY_MODEL_NAME}-base is the base model's name: give the policy another")
+        raise LocalSetupError(f"{POLICY_MODEL_NAME}-base is the base model's name: give the policy another")
 
 
-def run_loop(
-    recipe: AgentRecipe, cfg: LoopConfig, on_phase: Callable[[int, str], None] | None = None, endpoint: PolicyEndpoint | None = None
+def run_folder(recipe: AgentRecipe, cfg: LocalConfig) -> Path:
+    """Where a run writes: ``--out``, else ``runs/RECIPE``."""
+    return Path(cfg.out or Path("runs") / recipe.name)
+
+
+def run_local(
+    recipe: AgentRecipe, cfg: LocalConfig, on_phase: Callable[[int, str], None] | None = None, endpoint: PolicyEndpoint | None = None
 ) -> list[dict]:
     """Run ``cfg.rounds`` training rounds of ``recipe`` (plus round 0); return the metrics rows.
 
@@ -350,10 +355,10 @@ def run_loop(
         if on_phase:
             on_phase(rnd, text)
 
-    out = Path(cfg.out or Path("runs") / recipe.name)
+    out = run_folder(recipe, cfg)
     earlier = sorted((out / "policy").glob("**/registry.json"))
     if earlier:  # its registry would refuse a second version 0, after the rows of its metrics were gone
-        raise LoopSetupError(f"{out} holds an earlier run ({earlier[0]}): give --out another folder, or delete {out} to start over")
+        raise LocalSetupError(f"{out} holds an earlier run ({earlier[0]}): give --out another folder, or delete {out} to start over")
     out.mkdir(parents=True, exist_ok=True)
     metrics_path = out / A.RUN_METRICS_FILE
     metrics_path.write_text("")
@@ -377,7 +382,7 @@ def run_loop(
         for name in names:
             trainer = load_trainer(cfg.backend, start, cfg.train, cfg.openrlhf)
             folder = out / "policy" / name if several else out / "policy"
-            policy = LoopPolicy(name, trainer, served.targets[name], folder, start, name if several else None)
+            policy = LocalPolicy(name, trainer, served.targets[name], folder, start, name if several else None)
             if lora and not endpoint:  # the agents call the adapter: the starting one (untrained LoRA is the base model) first
                 policy.served = trainer.save(folder / "v0")
                 published = publish(policy.served, policy.target, version=0)
@@ -449,7 +454,7 @@ def run_loop(
 
 
 def train_and_publish(
-    policy: LoopPolicy, dataset: Path, format_replay: list[Sample], cfg: LoopConfig, rnd: int, endpoint_url: str, phase: Callable[[str], None],
+    policy: LocalPolicy, dataset: Path, format_replay: list[Sample], cfg: LocalConfig, rnd: int, endpoint_url: str, phase: Callable[[str], None],
 ) -> dict:
     """One policy's part of a round: train on its rows (and ``replay_samples`` replayed ones: the recipe's
     format turns, or with ``--model --replay`` the policy's own best outputs), save, publish as its next

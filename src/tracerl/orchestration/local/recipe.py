@@ -1,6 +1,6 @@
 """What one agent brings to the local training loop: its program, its tasks, its starting format.
 
-The loop (:mod:`tracerl.orchestration.loop.loop`) knows nothing of any agent. An agent to be
+The loop (:mod:`tracerl.orchestration.local.run`) knows nothing of any agent. An agent to be
 trained is an ordinary program that reads a tasks file, calls the policy endpoint found in
 ``OPENAI_BASE_URL`` under the model name ``policy`` (with several policies, each agent under
 its policy's name, :func:`agent_model`), and scores its own episodes with
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracerl.orchestration.loop.config import LoopConfig
+from tracerl.orchestration.local.config import LocalConfig
 from tracerl.schemas import environment as E
 
 Task = dict[str, Any]  # one line of a tasks file: "task_id", "split", and what the agent reads
@@ -96,4 +96,4 @@ class AgentRecipe:
     # how many (benchmarks/learning.py prints it beside the reward). None: held-out episodes that called a tool
     held_out_skill: Callable[[Path], SkillCount] | None = None
     version: int = 1  # bump when the tasks or the warm start change, so cached starting policies are rebuilt
-    defaults: LoopConfig = field(default_factory=LoopConfig)
+    defaults: LocalConfig = field(default_factory=LocalConfig)

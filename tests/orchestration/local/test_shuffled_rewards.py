@@ -6,7 +6,7 @@ import random
 
 import pyarrow.parquet as pq
 
-from tracerl.orchestration.loop.loop import SHUFFLED_REWARD, shuffle_rewards
+from tracerl.orchestration.local.run import SHUFFLED_REWARD, shuffle_rewards
 from tracerl.pipeline import build_dataset, dataset_table
 from tracerl.schemas import attributes as A
 from tracerl_testing.span_builders import episode_span, llm_call, reward_span, span, write_spans

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from tracerl.orchestration.demo.recipe import DEMO
-from tracerl.orchestration.loop.config import LoopConfig
-from tracerl.orchestration.loop.loop import run_loop
+from tracerl.orchestration.local.config import LocalConfig
+from tracerl.orchestration.local.run import run_local
 from tracerl.trainer.tiny_model import build_tiny_model
 from tracerl.trainer.training.config import TrainConfig
 
@@ -16,12 +16,12 @@ from tracerl.trainer.training.config import TrainConfig
 @pytest.mark.slow
 def test_short_loop_trains_and_refreshes_the_endpoint(tmp_path):
     start = build_tiny_model(tmp_path / "start", seed=1)  # untrained: the loop must still run cleanly
-    cfg = LoopConfig(
+    cfg = LocalConfig(
         out=tmp_path / "run", rounds=1, tasks_per_round=4, group_size=2, eval_tasks=3, seed=0,
         model=str(start), train=TrainConfig(epochs=1, minibatch_size=8),
     )
     phases = []
-    rows = run_loop(DEMO, cfg, on_phase=lambda rnd, text: phases.append((rnd, text)))
+    rows = run_local(DEMO, cfg, on_phase=lambda rnd, text: phases.append((rnd, text)))
 
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert lines == rows and [r["round"] for r in rows] == [0, 1]
@@ -51,11 +51,11 @@ def test_with_a_judge_each_round_trains_on_the_judges_scores_alone(tmp_path):
 
     start = build_tiny_model(tmp_path / "start", seed=1)
     with running_scripted_server(scripted_judge(lambda context, text: round(len(text) % 5 / 4, 2))) as judge:
-        cfg = LoopConfig(
+        cfg = LocalConfig(
             out=tmp_path / "run", rounds=1, tasks_per_round=4, group_size=2, eval_tasks=2, seed=0,
             model=str(start), train=TrainConfig(epochs=1, minibatch_size=8), air=False, judge_url=judge.base_url, judge_model="j",
         )
-        rows = run_loop(DEMO, cfg)
+        rows = run_local(DEMO, cfg)
         asked = len(judge.calls)
     assert [(r["judged"], r["judge_failed"]) for r in rows] == [(8, 0), (8, 0)] and asked == 8  # 4 groups of 2 a round
     round_dir = tmp_path / "run" / "rounds" / "000"
@@ -66,11 +66,11 @@ def test_with_a_judge_each_round_trains_on_the_judges_scores_alone(tmp_path):
 
 
 def test_an_out_folder_holding_an_earlier_run_is_refused_before_anything_is_overwritten(tmp_path):
-    from tracerl.orchestration.loop.loop import LoopSetupError
+    from tracerl.orchestration.local.run import LocalSetupError
 
     (tmp_path / "run" / "policy").mkdir(parents=True)
     (tmp_path / "run" / "policy" / "registry.json").write_text("[]")
     (tmp_path / "run" / "metrics.jsonl").write_text('{"round": 0}\n')
-    with pytest.raises(LoopSetupError, match=r"holds an earlier run .*give --out another folder, or delete"):
-        run_loop(DEMO, LoopConfig(out=tmp_path / "run", rounds=0))
+    with pytest.raises(LocalSetupError, match=r"holds an earlier run .*give --out another folder, or delete"):
+        run_local(DEMO, LocalConfig(out=tmp_path / "run", rounds=0))
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == '{"round": 0}\n'  # the earlier run's rows are still there

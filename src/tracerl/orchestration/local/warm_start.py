@@ -17,7 +17,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from tracerl.orchestration.loop.recipe import POLICY_MODEL_NAME, AgentRecipe, FormatExample
+from tracerl.orchestration.local.recipe import POLICY_MODEL_NAME, AgentRecipe, FormatExample
 from tracerl.trainer.serving.prompts import chat_prompt_ids
 from tracerl.trainer.serving.protocol import ChatCompletionRequest
 from tracerl.trainer.tiny_model import build_tiny_model, default_cache_dir, tiny_model_key
