@@ -51,6 +51,7 @@ class PublishTarget(Protocol):
     """An endpoint to refresh; ``str(target)`` names it in messages."""
 
     kind: ClassVar[str]  # the name in TARGET_KINDS
+    base_url: str  # the endpoint, as its clients and the registry name it
     checkpoint_file: ClassVar[str]  # what a checkpoint folder holds for this target (checked before sending)
 
     def load(self, checkpoint: Path, version: int | None) -> int:

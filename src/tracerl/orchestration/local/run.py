@@ -46,16 +46,16 @@ from tracerl.orchestration.local.plots import plot_reward_curve
 from tracerl.orchestration.local.recipe import POLICY_MODEL_NAME, AgentRecipe, Task
 from tracerl.orchestration.local.warm_start import starting_policy, supervised_samples
 from tracerl.orchestration.phases import PhaseClock
-from tracerl.orchestration.rounds.registry import PolicyRegistry, VersionEntry, episode_entries, publish_record
+from tracerl.orchestration.release import release
+from tracerl.orchestration.rounds.registry import PolicyRegistry, VersionEntry, episode_entries
 from tracerl.schemas.dataset_folder import DatasetFolder
 from tracerl.pipeline.options import check_policies
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.schemas import environment as E
-from tracerl.trainer.publish import BuiltinServer, PublishError, PublishTarget, VllmLora, VllmReload, publish
+from tracerl.trainer.publish import BuiltinServer, PublishError, PublishTarget, VllmLora, VllmReload
 from tracerl.trainer.serving.vllm_process import VllmOptions
 from tracerl.trainer.training.backend import PolicyGradientTrainer
 from tracerl.trainer.training.backends import load_trainer
-from tracerl.trainer.training.checkpoint import prune_checkpoints
 from tracerl.trainer.training.dataset import EmptyDatasetError, Sample, read_dataset
 from tracerl.trainer.training.model_folder import PolicyFolder, inspect_policy_folder
 
@@ -313,9 +313,6 @@ class LocalPolicy:
     def registry(self) -> PolicyRegistry:
         return PolicyRegistry(self.folder)
 
-    def record(self, entry: VersionEntry) -> None:
-        self.registry.append(entry)
-
 
 def check_setup(cfg: LocalConfig, endpoint: PolicyEndpoint | None) -> None:
     """Refuse, before anything starts, options that cannot run together."""
@@ -385,10 +382,9 @@ def run_local(
             policy = LocalPolicy(name, trainer, served.targets[name], folder, start, name if several else None)
             if lora and not endpoint:  # the agents call the adapter: the starting one (untrained LoRA is the base model) first
                 policy.served = trainer.save(folder / "v0")
-                published = publish(policy.served, policy.target, version=0)
-                policy.record(VersionEntry(0, "base", None, str(policy.served), published=[publish_record(published, served.base_url, policy.target.kind)]))
+                release(policy.registry, VersionEntry(0, "base", None, str(policy.served)), [policy.target])
             else:
-                policy.record(VersionEntry(0, "base", None, str(start)))
+                policy.registry.append(VersionEntry(0, "base", None, str(start)))
             policies.append(policy)
         trainer = policies[0].trainer
         phase(0, f"training {', '.join(names)} with {cfg.backend} on {trainer.device}, learning rate {trainer.learning_rate:g}")
@@ -438,7 +434,7 @@ def run_local(
                 fields: dict = {"policy_version": policy.version}
                 if rnd < cfg.rounds:
                     phase(rnd, f"training {policy.name}" if several else "training")
-                    fields.update(train_and_publish(policy, round_dir / "dataset", format_replay[policy.name], cfg, rnd, served.base_url, lambda text: phase(rnd, text)))
+                    fields.update(train_and_publish(policy, round_dir / "dataset", format_replay[policy.name], cfg, rnd, lambda text: phase(rnd, text)))
                 per_policy[policy.name] = fields
             if several:
                 row["policies"] = per_policy
@@ -454,7 +450,7 @@ def run_local(
 
 
 def train_and_publish(
-    policy: LocalPolicy, dataset: Path, format_replay: list[Sample], cfg: LocalConfig, rnd: int, endpoint_url: str, phase: Callable[[str], None],
+    policy: LocalPolicy, dataset: Path, format_replay: list[Sample], cfg: LocalConfig, rnd: int, phase: Callable[[str], None],
 ) -> dict:
     """One policy's part of a round: train on its rows (and ``replay_samples`` replayed ones: the recipe's
     format turns, or with ``--model --replay`` the policy's own best outputs), save, publish as its next
@@ -486,20 +482,15 @@ def train_and_publish(
         "checkpoint_bytes": folder_bytes(checkpoint),
     }
     phase(f"publishing {policy.name} v{version}" if policy.rows else "publishing")
+    entry = VersionEntry(version, "trained", policy.version, str(checkpoint), episodes=episode_entries(DatasetFolder(dataset).episodes(policy.rows)),
+                         metrics=stats.as_dict(), skipped=skipped)
     try:
-        with clock("publish"):
-            published = publish(checkpoint, policy.target, version=version)
+        release(policy.registry, entry, [policy.target], keep=cfg.keep_checkpoints, clock=clock)
     except PublishError as exc:
         failed = policy.folder / "failed" / f"v{version}-round{rnd}"
         failed.parent.mkdir(parents=True, exist_ok=True)
         os.replace(checkpoint, failed)
         policy.trainer = load_trainer(cfg.backend, policy.served, cfg.train, cfg.openrlhf)
         return {**fields, **clock.fields(), "status": "publish_failed", "reason": str(exc), "checkpoint": str(failed)}
-    policy.record(VersionEntry(
-        version, "trained", policy.version, str(checkpoint), published=[publish_record(published, endpoint_url, policy.target.kind)],
-        episodes=episode_entries(DatasetFolder(dataset).episodes(policy.rows)), metrics=stats.as_dict(), skipped=skipped,
-    ))
     policy.version, policy.served = version, checkpoint
-    prune_checkpoints(sorted(policy.folder.glob("v*"), key=lambda p: int(p.name[1:])), keep=cfg.keep_checkpoints)
     return {**fields, **clock.fields(), "status": "trained", "published_version": version, "kept_checkpoint_bytes": checkpoints_bytes(policy.folder)}
-

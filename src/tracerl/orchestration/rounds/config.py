@@ -43,7 +43,7 @@ from typing import Any
 
 from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.source import PipelineInputError
-from tracerl.trainer.publish import TARGET_KINDS, BuiltinServer, VllmLora
+from tracerl.trainer.publish import TARGET_KINDS, BuiltinServer, PublishTarget, VllmLora, target_for
 from tracerl.trainer.training.config import BACKENDS, OpenRLHFOptions, TrainConfig
 
 
@@ -55,6 +55,10 @@ class RoundConfigError(ValueError):
 class Endpoint:
     url: str
     kind: str = BuiltinServer.kind
+
+    def target(self, adapter_name: str | None = None) -> PublishTarget:
+        """What publishing to this endpoint talks to (one of several policies: its adapter, by ``adapter_name``)."""
+        return target_for(self.url, self.kind, adapter_name=adapter_name)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.core.storage import fsync_dir, fsync_file
-from tracerl.trainer.publish import PublishResult
+from tracerl.trainer.publish import PublishResult, PublishTarget
 
 REGISTRY_FILE = "registry.json"
 
@@ -37,9 +37,10 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def publish_record(result: PublishResult, url: str, kind: str) -> dict[str, Any]:
+def publish_record(result: PublishResult, target: PublishTarget) -> dict[str, Any]:
     """What the registry keeps of one publish: where, as which version, how fast, when."""
-    return {"endpoint": url, "kind": kind, "policy_version": result.policy_version, "seconds": round(result.seconds, 3), "at": utc_now()}
+    return {"endpoint": target.base_url, "kind": target.kind, "policy_version": result.policy_version, "seconds": round(result.seconds, 3),
+            "at": utc_now()}
 
 
 def episode_entries(episodes: dict[str, list[int]]) -> list[dict[str, Any]]:

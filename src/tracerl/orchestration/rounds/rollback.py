@@ -16,9 +16,11 @@ from typing import Any
 
 from tracerl.core.storage import fsync_dir
 from tracerl.orchestration.rounds.config import Endpoint
-from tracerl.orchestration.rounds.registry import PolicyRegistry, RegistryError
-from tracerl.orchestration.rounds.registry import VersionEntry
-from tracerl.orchestration.rounds.round import StateFolder, publish_everywhere
+from tracerl.orchestration.release import release
+from tracerl.orchestration.rounds.errors import RoundFailed
+from tracerl.orchestration.rounds.registry import PolicyRegistry, RegistryError, VersionEntry
+from tracerl.orchestration.rounds.round import StateFolder
+from tracerl.trainer.publish import PublishError
 from tracerl.trainer.training.checkpoint import has_weights, read_checkpoint_manifest, write_checkpoint_manifest
 
 
@@ -44,8 +46,10 @@ def rollback(state: Path, version: int, endpoints: tuple[Endpoint, ...], policy:
     _link_copy(Path(old["checkpoint"]), target)
     manifest = read_checkpoint_manifest(target) or {}
     write_checkpoint_manifest(target, {**manifest, "policy_version": new, "rollback_of": version})
-    published = publish_everywhere(endpoints, target, new, policy)
-    return registry.append(VersionEntry(new, "rollback", version, str(target), published=published))
+    try:
+        return release(registry, VersionEntry(new, "rollback", version, str(target)), [e.target(policy) for e in endpoints])
+    except PublishError as exc:
+        raise RoundFailed("publish_failed", f"version {new} ({target}) not published: {exc}") from exc
 
 
 def _link_copy(source: Path, target: Path) -> None:

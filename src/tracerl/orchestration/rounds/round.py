@@ -45,11 +45,13 @@ from tracerl.pipeline.dataset_folder import MANIFEST
 from tracerl.schemas.dataset_folder import DatasetFolder, episodes_of, index_of, transition_files
 from tracerl.schemas import attributes as A
 from tracerl.core.storage import fsync_dir
-from tracerl.orchestration.rounds.config import Endpoint, RoundConfig
+from tracerl.orchestration.rounds.config import RoundConfig
 from tracerl.orchestration.rounds.errors import RoundFailed, RoundStopped
 from tracerl.orchestration.rounds.gate import gate
-from tracerl.orchestration.rounds.registry import PolicyRegistry, VersionEntry, episode_entries, publish_record, utc_now
-from tracerl.trainer.training.checkpoint import prune_checkpoints, read_checkpoint_manifest
+from tracerl.orchestration.release import release
+from tracerl.orchestration.rounds.registry import PolicyRegistry, VersionEntry, episode_entries, utc_now
+from tracerl.trainer.publish import PublishError
+from tracerl.trainer.training.checkpoint import read_checkpoint_manifest
 
 
 @dataclass(frozen=True)
@@ -223,49 +225,26 @@ def policy_round(config: RoundConfig, state: StateFolder, policy: str | None, on
     manifest = read_checkpoint_manifest(checkpoint) or {}
     summary.checkpoint, summary.metrics = str(checkpoint), manifest.get("metrics")
 
-    with clock("publish"):
-        decision = None
-        if config.eval_command:
-            decision = gate(config.eval_command, config.gate_margin, checkpoint, parent, policy)
-            summary.gate = decision
-        if not (decision and decision["held"]):
-            summary.published = publish_everywhere(config.endpoints, checkpoint, version, policy)
-    with clock("record"):
-        registry.append(VersionEntry(
-            version, "trained", parent["version"], str(checkpoint), published=summary.published,
-            episodes=episode_entries(episodes), metrics=manifest.get("metrics"), skipped=manifest.get("dataset", {}).get("skipped"),
-            dataset={"path": str(plan), "files": sorted(f.name for f in planned.files()), "manifest": manifest.get("dataset", {}).get("manifest")},
-            seconds=summary.seconds, eval_reward=decision["eval_reward"] if decision else None, gate=decision,
-        ))
-        write_metrics(registry, state.metrics)
-        prune_versions(registry, config.keep_checkpoints)
-    summary.status = "held" if decision and decision["held"] else "trained"
+    decision = None
+    if config.eval_command:
+        with clock("gate"):
+            decision = summary.gate = gate(config.eval_command, config.gate_margin, checkpoint, parent, policy)
+    entry = VersionEntry(
+        version, "trained", parent["version"], str(checkpoint),
+        episodes=episode_entries(episodes), metrics=manifest.get("metrics"), skipped=manifest.get("dataset", {}).get("skipped"),
+        dataset={"path": str(plan), "files": sorted(f.name for f in planned.files()), "manifest": manifest.get("dataset", {}).get("manifest")},
+        seconds=summary.seconds, eval_reward=decision["eval_reward"] if decision else None, gate=decision,
+    )
+    held = bool(decision and decision["held"])
+    try:
+        recorded = release(registry, entry, () if held else [e.target(policy) for e in config.endpoints],
+                           keep=config.keep_checkpoints, clock=clock)
+    except PublishError as exc:
+        raise RoundFailed("publish_failed", f"version {version} ({checkpoint}) not published: {exc}") from exc
+    summary.published = recorded["published"]
+    write_metrics(registry, state.metrics)
+    summary.status = "held" if held else "trained"
     return summary
-
-
-def publish_everywhere(endpoints: tuple[Endpoint, ...], checkpoint: Path, version: int, policy: str | None = None) -> list[dict[str, Any]]:
-    """Publish ``checkpoint`` as ``version`` to every endpoint (``policy``: as that adapter); what each answered, and when."""
-    from tracerl.trainer.publish import PublishError, publish, target_for
-
-    published = []
-    for endpoint in endpoints:
-        try:
-            result = publish(checkpoint, target_for(endpoint.url, endpoint.kind, adapter_name=policy), version)
-        except PublishError as exc:
-            raise RoundFailed("publish_failed", f"version {version} ({checkpoint}) not published: {exc}") from exc
-        published.append(publish_record(result, endpoint.url, endpoint.kind))
-    return published
-
-
-def prune_versions(registry: PolicyRegistry, keep: int) -> list[Path]:
-    """Delete the weights of all but the newest ``keep`` versions, never those of the served version
-    (what the next round trains from) or of a pinned one; the base model is the user's and is never touched."""
-    if keep <= 0:
-        return []
-    entries = [e for e in registry.entries() if e["kind"] != "base"]
-    current = registry.current()
-    protected = {Path(e["checkpoint"]) for e in entries if e.get("pinned")} | ({Path(current["checkpoint"])} if current else set())
-    return prune_checkpoints([Path(e["checkpoint"]) for e in entries], keep=keep, protected=protected)
 
 
 def write_metrics(registry: PolicyRegistry, path: Path) -> None:
