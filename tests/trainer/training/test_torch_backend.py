@@ -98,3 +98,24 @@ def test_a_resumed_optimizer_takes_this_runs_learning_rate(tiny_checkpoint, tmp_
     before = [p.detach().clone() for p in frozen.model.parameters()]
     frozen.train(samples)
     assert all(torch.equal(a, b) for a, b in zip(before, frozen.model.parameters()))
+
+
+def test_each_micro_batch_is_collated_once(tiny_checkpoint, tmp_path, write_dataset, monkeypatch):
+    """The start log-probs are taken on the first epoch's own micro-batches, which that epoch trains on:
+    2 epochs of 4 micro-batches collate 8 batches (a separate start pass made it 12)."""
+    from tracerl.trainer.training import backend, batch
+
+    laid_out = []
+
+    def counted(samples, pad_id):
+        laid_out.append(len(samples))
+        return batch.collate(samples, pad_id)
+
+    monkeypatch.setattr(backend, "collate", counted)
+    prompt = [10, 11, 12]
+    rows = [{"prompt_token_ids": prompt, "response_token_ids": [40 + i, 41], "response_logprobs": None, "advantage": (-1.0) ** i} for i in range(8)]
+    write_dataset(tmp_path / "ds", rows)
+    samples, _ = read_dataset(tmp_path / "ds")
+    trainer = PolicyTrainer(tiny_checkpoint, TrainConfig(dtype="fp32", learning_rate=1e-3, epochs=2, minibatch_size=4, micro_batch_size=2))
+    stats = trainer.train(samples)
+    assert stats.steps == 4 and laid_out == [2] * 8

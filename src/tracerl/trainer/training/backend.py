@@ -135,49 +135,79 @@ class PolicyGradientTrainer(ABC):
         with self._autocast():
             return token_logprobs(model or self.policy, data["ids"], data["attention"], chunk=self.config.logprob_chunk, with_entropy=with_entropy)
 
-    def _micro_batches(self, samples: Sequence[Sample]) -> Iterator[tuple[int, Sequence[Sample]]]:
+    def _micro_batches(self, indices: Sequence[int]) -> list[tuple[int, ...]]:
+        """``indices`` cut into micro-batches, in order."""
         size = self.micro_batch_size
-        for start in range(0, len(samples), size):
-            yield start, samples[start : start + size]
+        return [tuple(indices[start : start + size]) for start in range(0, len(indices), size)]
 
     def _to_device(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {key: value.to(self.device) for key, value in data.items()}
 
+    def _collated(self, samples: Sequence[Sample], micro: tuple[int, ...]) -> dict[str, torch.Tensor]:
+        return self._to_device(collate([samples[i] for i in micro], self.pad_id))
+
+    def _response_logprobs(
+        self, samples: Sequence[Sample], micros: Sequence[tuple[int, ...]], model: torch.nn.Module | None = None, keep: frozenset = frozenset(),
+    ) -> tuple[list[list[float] | None], dict[tuple[int, ...], dict[str, torch.Tensor]]]:
+        """Each sample's response-token log-probs under the current weights (or ``model``'s), a forward pass per
+        micro-batch of ``micros``; with the collated tensors of the micro-batches in ``keep``, for their training pass."""
+        out: list[list[float] | None] = [None] * len(samples)
+        kept: dict[tuple[int, ...], dict[str, torch.Tensor]] = {}
+        with torch.no_grad():
+            for micro in micros:
+                data = self._collated(samples, micro)
+                logprobs = self._logprobs(data, model=model).float().cpu()
+                for row, i in enumerate(micro):
+                    out[i] = logprobs[row, slice(*response_span(samples[i]))].tolist()
+                if micro in keep:
+                    kept[micro] = data
+        return out, kept
+
     def action_logprobs(self, samples: Sequence[Sample], model: torch.nn.Module | None = None) -> list[list[float]]:
         """Each sample's response-token log-probs under the current weights (or ``model``'s), in micro-batches."""
-        out: list[list[float]] = []
-        with torch.no_grad():
-            for _, chunk in self._micro_batches(samples):
-                logprobs = self._logprobs(self._to_device(collate(chunk, self.pad_id)), model=model).float().cpu()
-                out.extend(logprobs[row, slice(*response_span(s))].tolist() for row, s in enumerate(chunk))
-        return out
+        return self._response_logprobs(samples, self._micro_batches(range(len(samples))), model)[0]  # type: ignore[return-value]
+
+    def _epoch_layouts(self, n_samples: int, epochs: int) -> list[list[tuple[int, list[tuple[int, ...]]]]]:
+        """Per epoch, its minibatches in the seeded order: each one's size and this process's micro-batches of it
+        (a tail too short to give every process a sample is left out)."""
+        layouts = []
+        for _ in range(epochs):
+            order = minibatch_order(n_samples, self.config.minibatch_size, self._generator)
+            layouts.append([(len(indices), self._micro_batches(indices[self.rank :: self.world_size])) for indices in order if len(indices) >= self.world_size])
+        return layouts
 
     def train(
         self, samples: Sequence[Sample], *, epochs: int | None = None, progress: Callable[[int, int], None] | None = None
     ) -> TrainMetrics:
-        """Clipped policy-gradient steps (NLL for ``target_only`` rows) over ``samples``; see objective.py."""
+        """Clipped policy-gradient steps (NLL for ``target_only`` rows) over ``samples``; see objective.py.
+
+        The proximal policy's log-probs (the round's starting weights) are computed on the first
+        epoch's own micro-batches, whose collated tensors that epoch then trains on: a micro-batch is
+        collated once (samples no micro-batch of this process takes are scored in extra ones).
+        """
         cfg = self.config
         epochs = cfg.epochs if epochs is None else epochs
         began = time.perf_counter()
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
+        layouts = self._epoch_layouts(len(samples), epochs)
+        first = [micro for _, micros in layouts[0] for micro in micros] if layouts else []
+        covered = {i for micro in first for i in micro}
+        others = self._micro_batches([i for i in range(len(samples)) if i not in covered])
         self._set_training(False)
-        start_logprobs = self.action_logprobs(samples)  # the proximal policy PPO clips against
+        start_logprobs, collated = self._response_logprobs(samples, first + others, keep=frozenset(first))  # the proximal policy PPO clips against
         self._set_training(True)
         metrics = TrainMetrics(
             samples=len(samples), missing_logprobs=sum(s.response_logprobs is None for s in samples),
-            served_logprob_gap=served_logprob_gap(samples, start_logprobs), learning_rate=self.learning_rate,
+            served_logprob_gap=served_logprob_gap(samples, start_logprobs), learning_rate=self.learning_rate,  # type: ignore[arg-type]
             micro_batch_size=self.micro_batch_size, world_size=self.world_size,
         )
-        total_steps = epochs * -(-len(samples) // cfg.minibatch_size)
+        total_steps = sum(len(layout) for layout in layouts)
         step_means: dict[str, float] = dict.fromkeys(("loss", "clip", "kl", "filtered", "entropy", "reference_kl"), 0.0)
         seen_tokens = 0
-        for _ in range(epochs):
-            for indices in minibatch_order(len(samples), cfg.minibatch_size, self._generator):
-                if len(indices) < self.world_size:  # a tail too short to give every process a sample
-                    continue
-                mine = indices[self.rank :: self.world_size]
-                sums, loss_sum, reference_sum, processed = self._accumulate([samples[i] for i in mine], [start_logprobs[i] for i in mine], len(indices))
+        for layout in layouts:
+            for minibatch_samples, micros in layout:
+                sums, loss_sum, reference_sum, processed = self._accumulate(samples, micros, start_logprobs, minibatch_samples, collated)
                 self._optimizer_step()
                 reduced = self._all_reduce(torch.cat([sums.as_tensor(self.device), torch.tensor([loss_sum, reference_sum, processed], dtype=torch.float64, device=self.device)]))
                 sums = ObjectiveSums.from_tensor(reduced[:-3])
@@ -205,13 +235,18 @@ class PolicyGradientTrainer(ABC):
         metrics.peak_memory_bytes = peak_memory_bytes(self.device)
         return metrics
 
-    def _accumulate(self, batch: list[Sample], start: list[list[float]], minibatch_samples: int) -> tuple[ObjectiveSums, float, float, int]:
-        """Forward and backward over ``batch`` in micro-batches; gradients add up to the minibatch's."""
+    def _accumulate(
+        self, samples: Sequence[Sample], micros: list[tuple[int, ...]], start: list[list[float] | None], minibatch_samples: int,
+        collated: dict[tuple[int, ...], dict[str, torch.Tensor]],
+    ) -> tuple[ObjectiveSums, float, float, int]:
+        """Forward and backward over a minibatch's ``micros`` (this process's); gradients add up to the minibatch's.
+        A micro-batch collated for the start log-probs is taken from ``collated`` (and dropped from it)."""
         cfg = self.config
         sums, loss_sum, reference_sum, processed = ObjectiveSums(), 0.0, 0.0, 0
-        for offset, micro in self._micro_batches(batch):
-            data = self._to_device(collate(micro, self.pad_id))
-            old = response_columns(micro, start[offset : offset + len(micro)], data["ids"].shape[1]).to(self.device)
+        for indices in micros:
+            data = collated.pop(indices, None) or self._collated(samples, indices)
+            micro = [samples[i] for i in indices]
+            old = response_columns(micro, [start[i] for i in indices], data["ids"].shape[1]).to(self.device)
             rollout = torch.where(data["has_served"].unsqueeze(1), data["served_logprobs"], old)
             logprobs, entropy = self._logprobs(data, with_entropy=True)
             advantages = torch.tensor([s.advantage for s in micro], device=self.device, dtype=torch.float32)
