@@ -155,3 +155,28 @@ def test_a_forked_child_does_not_write_the_parents_pending_rows_again(tmp_path: 
     exporter.shutdown()
     names = [r["name"] for p in (tmp_path / "spans").glob("**/*.parquet") for r in pq.read_table(p).to_pylist()]
     assert names == ["parent's"]
+
+
+def test_token_ids_packed_in_this_process_reach_parquet_without_a_base64_round_trip(tmp_path: Path, monkeypatch):
+    """The packed string keeps the array it was packed from; through the SDK's span to the exporter, the
+    exporter takes that array. The string itself is what an OTLP exporter sends, and decodes the same."""
+    from tracerl.schemas import tokens
+
+    def build(tracer):
+        with tracer.start_as_current_span("llm") as span:
+            span.set_attributes({A.PROMPT_TOKEN_IDS: pack_ids([7, 8, 9]), A.COMPLETION_TOKEN_IDS: pack_ids([10]),
+                                 A.COMPLETION_LOGPROBS: tokens.pack_floats([-0.5])})
+
+    spans = finished_spans(build)
+    sent = spans[0].attributes[A.PROMPT_TOKEN_IDS]
+    assert tokens.decode(str(sent)) == [7, 8, 9]  # what the wire carries decodes alike
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("base64 decoded in the process that packed it")
+
+    monkeypatch.setattr(tokens.base64, "b64decode", no_decoding)
+    exporter = ParquetSpanExporter(tmp_path)
+    assert exporter.export(spans) is SpanExportResult.SUCCESS
+    exporter.shutdown()
+    (row,) = pq.read_table(next((tmp_path / "spans").glob("**/*.parquet"))).to_pylist()
+    assert (row["prompt_token_ids"], row["completion_token_ids"], row["completion_logprobs"]) == ([7, 8, 9], [10], [-0.5])

@@ -37,16 +37,32 @@ def pack_floats(values: Sequence[float]) -> str:
     return _pack("f4", array.array("f", values))
 
 
+class PackedArray(str):
+    """A packed string that still holds the array it was packed from.
+
+    The OTel SDK keeps a ``str`` attribute value as it is, so a reader in the same process (the
+    Parquet exporter) takes :attr:`values` instead of decoding the base64 the string carries for
+    the wire (an OTLP exporter sends the string). A copy sliced or rebuilt as a plain ``str``
+    (a length limit, a round trip through bytes) is decoded like any packed string.
+    """
+
+    values: np.ndarray
+
+
 def _pack(code: str, values: array.array) -> str:
     if sys.byteorder == "big":
         values.byteswap()
-    return PACKED_PREFIX + code + ":" + base64.b64encode(values).decode()
+    packed = PackedArray(PACKED_PREFIX + code + ":" + base64.b64encode(values).decode())
+    packed.values = np.frombuffer(values, dtype=_DTYPES[code])
+    return packed
 
 
 assert array.array("i").itemsize == 4 and array.array("f").itemsize == 4, "tokpack needs 4-byte C int and float"
 
 
 def _unpack(value: str) -> np.ndarray:
+    if isinstance(value, PackedArray):
+        return value.values
     if not value.startswith(PACKED_PREFIX):
         raise TokenEncodingError(f"expected an array or a '{PACKED_PREFIX}' string, got {value[:40]!r}")
     try:
