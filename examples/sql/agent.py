@@ -35,7 +35,7 @@ from langgraph.graph import END, START, StateGraph
 
 import tracerl
 from examples.sql.task import (
-    MAX_EXAMPLES, VERDICTS, Task, checker_messages, clean_query, execute, result_text, reward, rewriter_messages, schema_text,
+    MAX_EXAMPLES, VERDICTS, Task, checker_messages, clean_query, execute, result_text, reward, rewriter_messages, schema_link_credit, schema_text,
     writer_messages,
 )
 from tracerl.orchestration.local.recipe import POLICY_MODEL_NAME, agent_model
@@ -105,13 +105,18 @@ def build_graph(max_rewrites: int):
     return graph.compile()
 
 
-def run_episode(graph, task: Task, llms: dict[str, ChatOpenAI], verdict_tokens: int, examples: int = 0) -> float:
+def run_episode(graph, task: Task, llms: dict[str, ChatOpenAI], verdict_tokens: int, examples: int = 0, partial_credit: bool = False) -> float:
+    """One episode; its reward: execution match, or with ``partial_credit`` the schema-link credit of a query that misses."""
     with tracerl.episode(task_id=task.task_id, split=task.split):
         state = {"question": task.question, "db_path": task.db_path, "schema": schema_text(task.db_path)}
         configurable = {"llms": llms, "verdict_tokens": verdict_tokens, "examples": examples}
         final = graph.invoke(state, {"configurable": configurable})
         value = reward(task, final["query"])
         tracerl.emit_reward(value, name="execution_match")
+        if partial_credit and not value:  # the episode's reward is the sum of its rewards
+            credit = schema_link_credit(task, final["query"])
+            tracerl.emit_reward(credit, name="schema_link")
+            value += credit
         return value
 
 
@@ -125,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=2, choices=range(MAX_EXAMPLES + 1),
                         help="worked examples before the question (a pretrained model writes no SQL without them; "
                              "examples/sql/README.md)")
+    parser.add_argument("--partial-credit", action="store_true",
+                        help="a query that misses the gold rows earns 0.25 for the gold's table and 0.25 more for its column "
+                             "(task.schema_link_credit), emitted as the reward 'schema_link'")
     parser.add_argument("--concurrency", type=int, default=int(os.environ.get(E.AGENT_CONCURRENCY_ENV, "16")))
     args = parser.parse_args(argv)
 
@@ -139,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             node: ChatOpenAI(model=agent_model(node, args.model), **sampling, max_tokens=args.max_tokens, max_retries=2, timeout=300)
             for node in NODES
         }
-        return run_episode(graph, Task(**line), llms, args.verdict_tokens, args.examples)
+        return run_episode(graph, Task(**line), llms, args.verdict_tokens, args.examples, args.partial_credit)
 
     with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
         rewards = list(pool.map(run, lines))

@@ -306,6 +306,23 @@ def reward(task: Task, final_query: str) -> float:
     return 1.0 if execution_match(task.db_path, final_query, task.gold) else 0.0
 
 
+GOLD_FORM = re.compile(r"\s*SELECT\s+(\w+)\s+FROM\s+(\w+)\b", re.IGNORECASE)
+
+
+def schema_link_credit(task: Task, query: str) -> float:
+    """Partial credit for a query that misses the gold rows: 0.25 for selecting from the gold's table, 0.25 more
+    for the gold's column of it (0 for golds not of the form ``SELECT col FROM table ...``, Spider's many).
+
+    What a user gives a small model whose queries almost never match (examples/sql/README.md): credit
+    for the part of the skill it can reach, the question's words mapped to the schema's names
+    (Spider's component match scores tables and columns the same way).
+    """
+    gold, got = GOLD_FORM.match(task.gold), GOLD_FORM.match(query)
+    if not (gold and got) or got.group(2).lower() != gold.group(2).lower():
+        return 0.0
+    return 0.5 if got.group(1).lower() == gold.group(1).lower() else 0.25
+
+
 # ---- prompts: the same functions build the agent's messages and the warm start's ------------
 
 WRITER_SYSTEM = "Write one SQLite query that answers the question. Tables: {schema}"
@@ -345,7 +362,7 @@ def schema_linked(query: str, schema: str) -> bool:
 
     The skill the tasks teach, apart from the rest of the query: the question's words mapped to
     the schema's names (*pay of the tutor* -> ``salary``, ``teacher``)."""
-    match = re.match(r"\s*SELECT\s+(\w+)\s+FROM\s+(\w+)\b", query, re.IGNORECASE)
+    match = GOLD_FORM.match(query)
     tables = {name.lower(): [c.lower() for c in columns] for name, columns in tables_of(schema).items()}
     return bool(match) and match.group(1).lower() in tables.get(match.group(2).lower(), [])
 

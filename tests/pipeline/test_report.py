@@ -124,3 +124,14 @@ def test_the_page_draws_every_chart_in_headless_chromium(data_dir, tmp_path):
         "reward": 4, "metrics": 12, "agents": 6, "air": 1}
     assert episodes == 5
     assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def test_a_build_hands_the_report_the_figures_it_would_work_out_itself(data_dir, tmp_path):
+    """What a scheduled round does: the figures taken from its build's analysis are the report's own."""
+    from tracerl.pipeline import build_dataset
+    from tracerl.pipeline.report import analysis_figures
+
+    data = _write_data(data_dir)
+    taken = {}
+    build_dataset(data, tmp_path / "dataset", on_analysis=lambda analysis: taken.update(analysis_figures(analysis)))
+    assert report_data(data, figures=taken) == report_data(data)

@@ -234,11 +234,13 @@ def reading_spans(then: str, undo: Callable[[], None] = lambda: None) -> Iterato
 def write_transitions(
     spans: str | os.PathLike | source.SpanFiles, into: Path, opts: BuildOptions, *, processed_from: Path | None,
     progress: Progress = _noop, on_rows: Callable[[int], None] | None = None, retokenizer: Retokenizer | None = None,
-    bucket: buckets.Bucket | None = None,
+    bucket: buckets.Bucket | None = None, on_analysis: Callable[[Analysis], None] | None = None,
 ) -> Written:
     """Analyze ``spans`` and write the chosen calls as ``into/transitions-*.parquet``.
 
-    ``processed_from``: the dataset whose episodes an incremental build skips. A read that fails
+    ``processed_from``: the dataset whose episodes an incremental build skips. ``on_analysis``: given the
+    analysis before the write drops what it does not read (the report's figures are taken there, so a
+    round's report does not analyze the spans a second time). A read that fails
     midway removes what this write committed and raises :class:`~tracerl.pipeline.source.PipelineInputError`,
     so the folder holds what it held before.
     """
@@ -251,6 +253,8 @@ def write_transitions(
     with tempfile.TemporaryDirectory(prefix=".duckdb-", dir=into) as tmp:
         with reading_spans(f"{into} was left as it was", undo):
             analysis = analyze(spans, opts, out=processed_from, progress=progress, temp_dir=tmp, bucket=bucket)
+            if on_analysis:
+                on_analysis(analysis)
             con = analysis.con
             clock = con.execute("SELECT max(end_ns) FROM span_meta").fetchall()[0][0]
             _keep_only_what_the_writer_reads(con)
@@ -270,7 +274,7 @@ def write_transitions(
 
 def build_dataset(
     spans: str | os.PathLike, out: str | os.PathLike, *, progress: Progress | None = None,
-    on_rows: Callable[[int], None] | None = None, **options: Any,
+    on_rows: Callable[[int], None] | None = None, on_analysis: Callable[[Analysis], None] | None = None, **options: Any,
 ) -> dict[str, Any]:
     """Build the dataset of ``spans`` (a data dir or a spans folder) into ``out``; return the manifest.
 
@@ -286,7 +290,8 @@ def build_dataset(
     progress = progress or _noop
     previous = set(dataset_folder.transition_files(out_dir))
     retokenizer = Retokenizer(opts.retokenize) if opts.retokenize else None  # a bad folder fails before any work
-    written = write_transitions(spans, out_dir, opts, processed_from=out_dir, progress=progress, on_rows=on_rows, retokenizer=retokenizer)
+    written = write_transitions(spans, out_dir, opts, processed_from=out_dir, progress=progress, on_rows=on_rows, retokenizer=retokenizer,
+                                on_analysis=on_analysis)
     if not opts.incremental:
         dataset_folder.clear_previous(out_dir, previous)
     return finish(out_dir, opts, written, started, progress)

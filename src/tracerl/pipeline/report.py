@@ -3,8 +3,8 @@
 The page is a single file with its styles and charts inline (SVG drawn by
 :mod:`tracerl.pipeline.charts`): it opens from disk or a mail attachment, with no server,
 no script and no network. It reads the same tables a build does (:func:`analyze` over
-DATA, local or ``s3://``), so its numbers are the ones ``doctor`` and ``tracerl sql``
-give:
+DATA, local or ``s3://``; after a scheduled round, the round's own build's, not analyzed
+again), so its numbers are the ones ``doctor`` and ``tracerl sql`` give:
 
 - the reward of episodes per policy version, one line per split (an episode's reward is
   the sum of its outcome rewards; its policy version the newest one among its calls);
@@ -141,25 +141,32 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
+def analysis_figures(analysis: Analysis) -> dict[str, Any]:
+    """Every figure the page shows that comes from the spans, as plain values: from a report's own
+    analysis, or from a build's (``build_dataset(on_analysis=...)``, what a scheduled round does)."""
+    return {
+        "data": str(analysis.files.location),
+        "data_clock_unix_nano": analysis.con.execute("SELECT max(end_ns) FROM span_meta").fetchall()[0][0],
+        "reward_by_version": reward_by_version(analysis),
+        "agents": agents(analysis),
+        "air": air_counts(analysis),
+        "worst_episodes": worst_episodes(analysis),
+        "doctor": explain(analysis),
+        "judgments": analysis.counts["judgments"],
+    }
+
+
 def report_data(data: str | os.PathLike, *, runs: str | os.PathLike | None = None,
-                options: BuildOptions | None = None) -> dict[str, Any]:
-    """Every figure the page shows, as plain values."""
-    analysis = analyze(data, options or BuildOptions())
-    try:
-        figures = {
-            "data": str(analysis.files.location),
-            "data_clock_unix_nano": analysis.con.execute("SELECT max(end_ns) FROM span_meta").fetchall()[0][0],
-            "reward_by_version": reward_by_version(analysis),
-            "agents": agents(analysis),
-            "air": air_counts(analysis),
-            "worst_episodes": worst_episodes(analysis),
-            "doctor": explain(analysis),
-            "judgments": analysis.counts["judgments"],
-        }
-    finally:
-        analysis.con.close()
-    figures["metrics"] = read_metrics(runs) if runs is not None else None
-    return figures
+                options: BuildOptions | None = None, figures: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every figure the page shows, as plain values; ``figures``: those of a build's analysis of ``data``
+    (:func:`analysis_figures`), else ``data`` is analyzed here."""
+    if figures is None:
+        analysis = analyze(data, options or BuildOptions())
+        try:
+            figures = analysis_figures(analysis)
+        finally:
+            analysis.con.close()
+    return {**figures, "metrics": read_metrics(runs) if runs is not None else None}
 
 
 def _charts(figures: dict[str, Any]) -> dict[str, charts.Chart | str]:
@@ -293,9 +300,10 @@ def _utc(unix_nano: int) -> str:
 
 
 def write_report(data: str | os.PathLike, out: str | os.PathLike, *, runs: str | os.PathLike | None = None,
-                 options: BuildOptions | None = None) -> Path:
-    """Write the page for ``data`` to ``out`` whole or not at all (a scheduler may refresh it while someone reads it)."""
-    page = render(report_data(data, runs=runs, options=options))
+                 options: BuildOptions | None = None, figures: dict[str, Any] | None = None) -> Path:
+    """Write the page for ``data`` to ``out`` whole or not at all (a scheduler may refresh it while someone reads it);
+    ``figures``: a build's, taken from its analysis of ``data`` (:func:`report_data`)."""
+    page = render(report_data(data, runs=runs, options=options, figures=figures))
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.partial")

@@ -69,6 +69,18 @@ def test_execution_match_compares_rows_as_spider_does():
     assert not sql.execution_match(t.db_path, "SELECT name FROM teacher ORDER BY name DESC", "SELECT name FROM teacher ORDER BY name")
 
 
+def test_partial_credit_scores_the_gold_table_then_its_column_and_nothing_else():
+    train, _ = sql.all_tasks(seed=0)
+    task = train[0]  # SELECT <column> FROM <table> WHERE name = '...'
+    column, table = re.match(r"SELECT (\w+) FROM (\w+)", task.gold).groups()
+    assert sql.schema_link_credit(task, f"SELECT {column.upper()} FROM {table} WHERE name = 'nobody'") == 0.5
+    assert sql.schema_link_credit(task, f"SELECT other FROM {table}") == 0.25
+    assert sql.schema_link_credit(task, f"SELECT {column} FROM elsewhere") == 0.0
+    assert sql.schema_link_credit(task, "The price is 12.") == 0.0
+    spider_like = sql.Task("t", task.db_id, task.db_path, task.question, f"SELECT count(*) FROM {table}")
+    assert sql.schema_link_credit(spider_like, f"SELECT count FROM {table}") == 0.0  # a gold of another form: no credit
+
+
 def test_the_agent_cannot_change_the_database():
     train, _ = sql.all_tasks(seed=0)
     table = train[0].gold.split(" FROM ")[1].split()[0]

@@ -169,3 +169,27 @@ def test_rollback_serves_an_older_checkpoint_as_a_new_version_and_list_shows_it(
     assert shown["published"][0]["endpoint"] == server.base_url
     missing = runner.invoke(app, ["policy", "show", "7", "--state", str(state)])
     assert missing.exit_code == 2 and "no policy version 7" in missing.output
+
+
+def test_the_report_after_a_round_takes_its_figures_from_the_round_s_build(tmp_path, capture, round_config, tiny_checkpoint, monkeypatch):
+    """The round's build analyzed every span already: the report is drawn from that analysis, never a second
+    one (the report's own ``analyze`` would fail here), and shows what ``tracerl report`` shows of the spans."""
+    from tracerl.orchestration.rounds.config import load_config
+    from tracerl.orchestration.rounds.round import run_round
+    from tracerl.pipeline import report
+
+    capture(4)
+    with running_server(tiny_checkpoint) as server:
+        config = load_config(round_config(min_episodes=4, endpoint=server.base_url), report=True, state=tmp_path / "state")
+        standalone = report.report_data(config.spans, runs=None, options=config.build)
+
+        def analyzed_again(*args, **kwargs):
+            raise AssertionError("the report analyzed the spans a second time")
+
+        monkeypatch.setattr(report, "analyze", analyzed_again)
+        summary = run_round(config)
+    assert summary.status == "trained" and "report" in summary.seconds
+    page = (tmp_path / "state" / "report.html").read_text()
+    for row in standalone["agents"]:
+        assert f">{row['agent']}<" in page
+    assert str(standalone["doctor"]["funnel"][0][1]) in page

@@ -128,9 +128,17 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
     publish (its adapter, by its name), registry and metrics. One policy's failure is its
     own: the others go on, and the summary holds each one's, its status the most serious.
     """
+    figures: dict[str, Any] = {}  # the report's, from the round's build (none when it resumed past it)
+    on_analysis = None
+    if config.report:
+        from tracerl.pipeline.report import analysis_figures
+
+        def on_analysis(analysis: Any) -> None:
+            figures.update(analysis_figures(analysis))
+
     if not config.policies:
-        summary = policy_round(config, StateFolder(config.state), None, on_phase, should_stop)
-        _report(config, StateFolder(config.state), summary, on_phase, should_stop)
+        summary = policy_round(config, StateFolder(config.state), None, on_phase, should_stop, on_analysis)
+        _report(config, StateFolder(config.state), summary, on_phase, should_stop, figures)
         return summary
     from tracerl.pipeline import build_dataset
 
@@ -139,7 +147,7 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
     summary = RoundSummary(policies={})
     clock = _phase_clock(summary, on_phase, should_stop)
     with clock("build"):
-        build_dataset(config.spans, root.dataset, **_build_options(config))
+        build_dataset(config.spans, root.dataset, on_analysis=on_analysis, **_build_options(config))
     for name in config.policies:
         try:
             one = policy_round(config, StateFolder(config.state / name, root.dataset), name, lambda phase: on_phase(f"{name}: {phase}"), should_stop)
@@ -147,13 +155,14 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
         except RoundFailed as exc:
             summary.policies[name] = {"status": exc.status, "reason": str(exc)}
     summary.status = max((p["status"] for p in summary.policies.values()), key=_SEVERITY.index)
-    _report(config, root, summary, on_phase, should_stop)
+    _report(config, root, summary, on_phase, should_stop, figures)
     return summary
 
 
 def _report(config: RoundConfig, state: StateFolder, summary: RoundSummary, on_phase: Callable[[str], None],
-            should_stop: Callable[[], bool]) -> None:
-    """Refresh STATE/report.html after a round that made a version (a failed report is said, not fatal)."""
+            should_stop: Callable[[], bool], figures: dict[str, Any]) -> None:
+    """Refresh STATE/report.html after a round that made a version (a failed report is said, not fatal), from
+    ``figures``, the round's build's; a round that resumed past its build analyzes the spans for it."""
     trained = summary.status in ("trained", "held") or any(p["status"] in ("trained", "held") for p in (summary.policies or {}).values())
     if not (config.report and trained):
         return
@@ -163,14 +172,15 @@ def _report(config: RoundConfig, state: StateFolder, summary: RoundSummary, on_p
             from tracerl.pipeline.report import write_report
 
             runs = None if config.policies else state.metrics  # several policies: metrics.jsonl in each one's folder
-            write_report(config.spans, state.report, runs=runs, options=config.build)
+            write_report(config.spans, state.report, runs=runs, options=config.build, figures=figures or None)
         except Exception as exc:  # the round is recorded; a report that failed is said, not fatal
             raise RoundFailed("report_failed", f"round {summary.version} is recorded, but the report failed: {type(exc).__name__}: {exc}") from exc
 
 
 def policy_round(config: RoundConfig, state: StateFolder, policy: str | None, on_phase: Callable[[str], None],
-                 should_stop: Callable[[], bool]) -> RoundSummary:
-    """One policy's round in ``state`` (``policy`` None: the only one, which builds the dataset itself)."""
+                 should_stop: Callable[[], bool], on_analysis: Callable[[Any], None] | None = None) -> RoundSummary:
+    """One policy's round in ``state`` (``policy`` None: the only one, which builds the dataset itself, giving
+    ``on_analysis`` its analysis)."""
     from tracerl.pipeline import build_dataset
 
     state.remove_partials()
@@ -188,7 +198,7 @@ def policy_round(config: RoundConfig, state: StateFolder, policy: str | None, on
     else:
         with clock("build" if policy is None else "plan"):
             if policy is None:
-                build_dataset(config.spans, state.dataset, **_build_options(config))
+                build_dataset(config.spans, state.dataset, on_analysis=on_analysis, **_build_options(config))
             files = [f for f in transition_files(state.dataset) if f.name not in registry.claimed_files()]
             episodes = episodes_of(index_of(files), policy)
             if len(episodes) < config.min_episodes:
