@@ -35,7 +35,7 @@ from tracerl.schemas import attributes as A
 from tracerl.orchestration.demo import task as demo_task
 from tracerl.orchestration.demo.recipe import DEMO
 from tracerl.orchestration.local.warm_start import starting_policy
-from tracerl.orchestration.rounds.registry import PolicyRegistry
+from tracerl.orchestration.registry import PolicyRegistry
 from tracerl.schemas import environment as E
 from tracerl.trainer.serving.app import running_server
 

@@ -10,7 +10,7 @@ import pytest
 from tracerl.core.net import free_port
 from tracerl.orchestration.phases import PhaseClock
 from tracerl.orchestration.release import release
-from tracerl.orchestration.rounds.registry import PolicyRegistry, VersionEntry
+from tracerl.orchestration.registry import PolicyRegistry, VersionEntry
 from tracerl.trainer.publish import BuiltinServer, PublishError
 from tracerl.trainer.serving.app import running_server
 from tracerl.trainer.tiny_model import build_tiny_model

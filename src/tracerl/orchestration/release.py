@@ -5,7 +5,7 @@ The local loop (:mod:`tracerl.orchestration.local.run`), a scheduled round
 (a warm trainer in process, a fresh one from the parent checkpoint after a crash-safe plan, a
 copy of an older version); from there they do one thing, here: every endpoint serves it as
 ``version`` (``publish``), the registry records the version with where it went
-(:class:`~tracerl.orchestration.rounds.registry.VersionEntry`), and all but the newest
+(:class:`~tracerl.orchestration.registry.VersionEntry`), and all but the newest
 ``keep`` checkpoints lose their weights. The phases are timed on the driver's
 :class:`~tracerl.orchestration.phases.PhaseClock`.
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.orchestration.phases import PhaseClock
-from tracerl.orchestration.rounds.registry import PolicyRegistry, VersionEntry, publish_record
+from tracerl.orchestration.registry import PolicyRegistry, VersionEntry, publish_record
 from tracerl.trainer.publish import PublishTarget, publish
 from tracerl.trainer.training.checkpoint import prune_checkpoints
 
@@ -42,10 +42,12 @@ def release(registry: PolicyRegistry, entry: VersionEntry, targets: Sequence[Pub
 
 def prune_versions(registry: PolicyRegistry, keep: int) -> list[Path]:
     """Delete the weights of all but the newest ``keep`` versions, never those of the served version
-    (what the next round trains from) or of a pinned one; the base model is the user's and is never touched."""
+    (what the next round trains from) or of a pinned one. A base model outside the registry's folder is the
+    user's and is never touched; one the run made there (a LoRA run's starting adapter) is pruned like the rest."""
     if keep <= 0:
         return []
-    entries = [e for e in registry.entries() if e["kind"] != "base"]
+    home = registry.path.parent.resolve()
+    entries = [e for e in registry.entries() if e["kind"] != "base" or Path(e["checkpoint"]).resolve().is_relative_to(home)]
     current = registry.current()
     protected = {Path(e["checkpoint"]) for e in entries if e.get("pinned")} | ({Path(current["checkpoint"])} if current else set())
     return prune_checkpoints([Path(e["checkpoint"]) for e in entries], keep=keep, protected=protected)

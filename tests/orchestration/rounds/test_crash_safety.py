@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tracerl.pipeline.dataset_folder import transition_files
-from tracerl.orchestration.rounds.registry import PolicyRegistry
+from tracerl.orchestration.registry import PolicyRegistry
 from tracerl.trainer.serving.app import running_server
 from tracerl.trainer.training.checkpoint import read_checkpoint_manifest
 

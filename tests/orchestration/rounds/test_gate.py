@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from tracerl.orchestration.rounds.registry import PolicyRegistry
+from tracerl.orchestration.registry import PolicyRegistry
 from tracerl.trainer.serving.app import running_server
 
 # a user's evaluation: here every newer version scores worse (1.0, 0.5, 0.0, ...), read from the checkpoint itself

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tracerl.orchestration.rounds.cli import parse_period
-from tracerl.orchestration.rounds.registry import PolicyRegistry
+from tracerl.orchestration.registry import PolicyRegistry
 
 
 def test_sigterm_stops_the_loop_between_phases_and_the_next_run_finishes_that_round(tmp_path, capture, round_config, tracerl):

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from tracerl.cli import app
 from tracerl.orchestration.rounds.lock import round_lock
-from tracerl.orchestration.rounds.registry import PolicyRegistry
+from tracerl.orchestration.registry import PolicyRegistry
 from tracerl.trainer.serving.app import running_server
 from tracerl.trainer.training.checkpoint import read_checkpoint_manifest
 from tracerl.core.net import free_port

@@ -47,7 +47,7 @@ from tracerl.orchestration.local.recipe import POLICY_MODEL_NAME, AgentRecipe, T
 from tracerl.orchestration.local.warm_start import starting_policy, supervised_samples
 from tracerl.orchestration.phases import PhaseClock
 from tracerl.orchestration.release import release
-from tracerl.orchestration.rounds.registry import PolicyRegistry, VersionEntry, episode_entries
+from tracerl.orchestration.registry import PolicyRegistry, VersionEntry, episode_entries
 from tracerl.schemas.dataset_folder import DatasetFolder
 from tracerl.pipeline.options import check_policies
 from tracerl.pipeline.source import PipelineInputError

@@ -184,7 +184,7 @@ _POLICY = typer.Option(None, "--policy", help="Which policy, where the folder ho
 
 
 def _registry(config: Path | None, state: Path | None, policy: str | None = None) -> Any:
-    from tracerl.orchestration.rounds.registry import PolicyRegistry
+    from tracerl.orchestration.registry import PolicyRegistry
 
     return PolicyRegistry(_state_of(config, state, policy))
 
@@ -192,7 +192,7 @@ def _registry(config: Path | None, state: Path | None, policy: str | None = None
 def policy_folders(folder: Path) -> dict[str, Path]:
     """The policy registries of ``folder``: itself when it holds one (named ''), else each subfolder that holds
     one (a policy per agent group: the loop's ``OUT/policy/NAME``, a round's ``STATE/NAME``)."""
-    from tracerl.orchestration.rounds.registry import REGISTRY_FILE
+    from tracerl.orchestration.registry import REGISTRY_FILE
 
     if (folder / REGISTRY_FILE).is_file() or not folder.is_dir():
         return {"": folder}
@@ -227,7 +227,7 @@ def _state_of(config: Path | None, state: Path | None, policy: str | None = None
 @policy_app.command("list")
 def list_policies(config: Optional[Path] = _CONFIG, state: Optional[Path] = _STATE, policy: Optional[str] = _POLICY) -> None:
     """One line per version: version, kind, parent, episodes, loss, where it is served (each policy's, where there are several)."""
-    from tracerl.orchestration.rounds.registry import PolicyRegistry, RegistryError
+    from tracerl.orchestration.registry import PolicyRegistry, RegistryError
     from tracerl.trainer.training.checkpoint import has_weights
 
     folders = {policy: _state_of(config, state, policy)} if policy else policy_folders(_root(config, state))
@@ -251,7 +251,7 @@ def show_policy(
     version: int = typer.Argument(...), config: Optional[Path] = _CONFIG, state: Optional[Path] = _STATE, policy: Optional[str] = _POLICY,
 ) -> None:
     """Everything recorded about VERSION, as JSON."""
-    from tracerl.orchestration.rounds.registry import RegistryError
+    from tracerl.orchestration.registry import RegistryError
 
     try:
         typer.echo(json.dumps(_registry(config, state, policy).get(version), indent=2))
@@ -269,7 +269,7 @@ def pin_policy(
 ) -> None:
     """Keep VERSION's weights whatever keep_checkpoints says (a version you may roll back to); one JSON line."""
     from tracerl.orchestration.rounds.lock import RoundLocked, round_lock
-    from tracerl.orchestration.rounds.registry import RegistryError
+    from tracerl.orchestration.registry import RegistryError
 
     folder = _state_of(config, state, policy)
     try:
@@ -294,7 +294,7 @@ def rollback_policy(
     """Publish VERSION's checkpoint again as a new version (so spans stay unambiguous); one JSON line.
     With several policies, --policy NAME rolls back that one's adapter; the others keep theirs."""
     from tracerl.orchestration.rounds.lock import RoundLocked, round_lock
-    from tracerl.orchestration.rounds.registry import RegistryError
+    from tracerl.orchestration.registry import RegistryError
     from tracerl.orchestration.rounds.rollback import rollback
     from tracerl.orchestration.rounds.errors import RoundFailed
 

@@ -18,7 +18,7 @@ from tracerl.core.storage import fsync_dir
 from tracerl.orchestration.rounds.config import Endpoint
 from tracerl.orchestration.release import release
 from tracerl.orchestration.rounds.errors import RoundFailed
-from tracerl.orchestration.rounds.registry import PolicyRegistry, RegistryError, VersionEntry
+from tracerl.orchestration.registry import PolicyRegistry, RegistryError, VersionEntry
 from tracerl.orchestration.rounds.round import StateFolder
 from tracerl.trainer.publish import PublishError
 from tracerl.trainer.training.checkpoint import has_weights, read_checkpoint_manifest, write_checkpoint_manifest

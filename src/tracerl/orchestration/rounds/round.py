@@ -6,7 +6,7 @@ The state folder (``RoundConfig.state``)::
     STATE/dataset/               the incremental dataset of every episode built so far
     STATE/rounds/vN/dataset/     round N's transitions: hard links to the dataset's files no version claimed yet
     STATE/policies/vN/           round N's checkpoint (tracerl_checkpoint.json inside)
-    STATE/registry.json          the recorded versions (:mod:`tracerl.orchestration.rounds.registry`)
+    STATE/registry.json          the recorded versions (:mod:`tracerl.orchestration.registry`)
     STATE/metrics.jsonl          one row per trained version, from the registry (the report's --runs)
     STATE/report.html            refreshed after each round
 
@@ -49,7 +49,7 @@ from tracerl.orchestration.rounds.config import RoundConfig
 from tracerl.orchestration.rounds.errors import RoundFailed, RoundStopped
 from tracerl.orchestration.rounds.gate import gate
 from tracerl.orchestration.release import release
-from tracerl.orchestration.rounds.registry import PolicyRegistry, VersionEntry, episode_entries, utc_now
+from tracerl.orchestration.registry import PolicyRegistry, VersionEntry, episode_entries, utc_now
 from tracerl.trainer.publish import PublishError
 from tracerl.trainer.training.checkpoint import read_checkpoint_manifest
 

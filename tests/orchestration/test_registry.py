@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tracerl.orchestration.rounds.registry import PolicyRegistry, RegistryError, VersionEntry
+from tracerl.orchestration.registry import PolicyRegistry, RegistryError, VersionEntry
 
 
 def test_a_skipped_rounds_files_are_claimed_without_making_a_version(tmp_path):
