@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import subprocess
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from loop_runs import REPO, Variant, load_recipe, mean_spread, per_round_table, plot_curves, run_all
@@ -157,6 +159,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None, help="default: the recipe's")
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=["rl", "shuffled"],
                         help="rl: the loop; shuffled: the same with rewards permuted (each seed's run is reproducible, so variants may run apart)")
+    parser.add_argument("--agent-args", default="", help="more arguments of the agent program, quoted as one (sql: --partial-credit)")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (each trains on one thread)")
     parser.add_argument("--out", type=Path, default=None, help="the runs' folders (default: a temporary folder)")
     parser.add_argument("--results", type=Path, default=None, help="raw per-round rows of every run, as JSON (default: OUT/raw.json)")
@@ -179,6 +182,8 @@ def main() -> None:
 
     recipe = load_recipe(args.recipe)
     setup = SETUPS[args.setup]()
+    if args.agent_args:
+        setup = replace(setup, changes={**setup.changes, "agent_args": tuple(shlex.split(args.agent_args))})
     out = args.out or Path(tempfile.mkdtemp(prefix=f"tracerl-learning-{recipe.name}-"))
     out.mkdir(parents=True, exist_ok=True)
     variants = [VARIANTS[name] for name in args.variants]
