@@ -238,11 +238,14 @@ def generated_tokens(data_dir: Path) -> int:
 
 
 def mean_rewards_by_split(data_dir: Path) -> dict[str, float]:
-    """Mean episode reward per split, read back from the captured reward spans."""
+    """Mean episode reward per split, read back from the captured reward spans: an episode's reward is the
+    sum of the rewards it emitted (an execution match and a partial credit are one episode's, not two)."""
     query = f"""
-        SELECT split, avg(reward_value) AS mean_reward
-        FROM read_parquet('{data_dir}/spans/**/*.parquet', union_by_name = true)
-        WHERE name = '{A.REWARD_SPAN_NAME}' GROUP BY split
+        SELECT split, avg(reward) AS mean_reward FROM (
+            SELECT split, episode_id, sum(reward_value) AS reward
+            FROM read_parquet('{data_dir}/spans/**/*.parquet', union_by_name = true)
+            WHERE name = '{A.REWARD_SPAN_NAME}' GROUP BY split, episode_id
+        ) GROUP BY split
     """
     return {split: float(value) for split, value in duckdb.sql(query).fetchall()}
 
