@@ -49,7 +49,7 @@ def one_round(rejecting_model, tmp_path_factory):
     cfg = LocalConfig(
         out=out, rounds=1, tasks_per_round=3, group_size=2, eval_tasks=2, seed=0, model=str(rejecting_model),
         agents="writer,rewriter", concurrency=4, train=TrainConfig(epochs=1, minibatch_size=8),
-        agent_args=("--examples", "0"),  # the warm start's prompts: a --model gets worked examples by default
+        agent_args=("--examples", "0", "--partial-credit"),  # the warm start's prompts: a --model gets worked examples by default
     )
     rows = run_local(RECIPE, cfg)
     return out, rows
@@ -73,6 +73,18 @@ def test_one_round_runs_writer_checker_rewriter_and_trains_only_writer_and_rewri
     tools = [r for r in span_rows(out / "rounds" / "000" / "data") if r["name"] == f"{A.GEN_AI_EXECUTE_TOOL} sql_db_query"]
     assert len(tools) == sum(a != "checker" for a in agents)  # every query written ran as a tool
     assert (out / "policy" / "v1" / "config.json").exists()
+
+
+def test_with_partial_credit_an_episode_that_misses_the_gold_rows_also_earns_its_schema_link_credit(one_round):
+    out, _ = one_round
+    rewards: dict[str, dict[str, float]] = {}
+    for row in span_rows(out / "rounds" / "000" / "data"):
+        if row["name"] == A.REWARD_SPAN_NAME:
+            rewards.setdefault(row["episode_id"], {})[row["reward_name"]] = row["reward_value"]
+    assert len(rewards) == 2 + 3 * 2 and all("execution_match" in r for r in rewards.values())
+    missed = {e for e, r in rewards.items() if r["execution_match"] == 0.0}
+    assert {e for e, r in rewards.items() if "schema_link" in r} == missed
+    assert {r["schema_link"] for r in rewards.values() if "schema_link" in r} <= {0.0, 0.25, 0.5}
 
 
 def test_warm_start_prompts_are_the_prompts_the_agent_sends(one_round, rejecting_model):
