@@ -280,7 +280,7 @@ def training_setup(cfg: LocalConfig) -> LocalConfig:
 
 
 MACHINE_MEASUREMENTS = (
-    "seconds", "rollout_seconds", "build_seconds", "train_seconds", "save_seconds", "publish_seconds", "peak_memory_bytes",
+    "seconds", "rollout_seconds", "build_seconds", "train_seconds", "save_seconds", "publish_seconds", "record_seconds", "peak_memory_bytes",
 )
 """Row fields that measure the machine, not the run: the same seed reproduces every other field exactly."""
 
