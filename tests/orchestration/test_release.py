@@ -29,6 +29,7 @@ def test_a_version_is_served_everywhere_recorded_with_each_answer_and_old_weight
             entry = release(registry, VersionEntry(n, "trained", n - 1, str(checkpoint)), targets, keep=1, clock=clock)
             assert [p["endpoint"] for p in entry["published"]] == [one.base_url, two.base_url]
             assert {p["policy_version"] for p in entry["published"]} == {n}
+            assert entry["recorded_at"] >= max(p["at"] for p in entry["published"])  # recorded once served, not when the entry was made
             assert set(clock.fields()) == {"publish_seconds", "record_seconds"}
     assert [e["version"] for e in registry.entries()] == [0, 1, 2]
     assert not has_weights(versions[0]) and has_weights(versions[1]) and has_weights(base)  # newest kept; the base is the user's

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.orchestration.phases import PhaseClock
-from tracerl.orchestration.registry import PolicyRegistry, VersionEntry, publish_record
+from tracerl.orchestration.registry import PolicyRegistry, VersionEntry, publish_record, utc_now
 from tracerl.trainer.publish import PublishTarget, publish
 from tracerl.trainer.training.checkpoint import prune_checkpoints
 
@@ -35,7 +35,7 @@ def release(registry: PolicyRegistry, entry: VersionEntry, targets: Sequence[Pub
     with clock("publish"):
         published = [publish_record(publish(Path(entry.checkpoint), target, version=entry.version), target) for target in targets]
     with clock("record"):
-        recorded = registry.append(replace(entry, published=[*entry.published, *published]))
+        recorded = registry.append(replace(entry, published=[*entry.published, *published], recorded_at=utc_now()))
         prune_versions(registry, keep)
     return recorded
 
