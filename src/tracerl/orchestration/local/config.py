@@ -74,6 +74,10 @@ class LocalConfig:
     credit: str = field(default=CREDITS[0], metadata=option(
         "--credit", from_cli=one_of(CREDITS, "--credit"), help=f"How an episode's reward reaches its calls: {' or '.join(CREDITS)}."))
     gamma: float = field(default=1.0, metadata=option("--gamma", min=0.0, max=1.0, help="Discount of --credit discounted."))
+    trajectory: bool = field(default=False, metadata=option(
+        "--trajectory/--transitions",
+        help="Train on one row per episode turn sequence: calls whose prompt extends the previous prompt + response merged, "
+             "tool results masked (what a trainer that runs the agent loop itself trains on); default: one row per LLM call."))
     air: bool = field(default=True, metadata=option(
         "--air/--no-air", help="Automatic intermediate rewards from tool errors and other system signals (the pipeline's default rules)."))
     agents: str | None = field(default=None, metadata=option(

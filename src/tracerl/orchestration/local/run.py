@@ -416,7 +416,7 @@ def run_local(
             with clock("build"):
                 manifest = build_dataset(
                     round_dir / "data", round_dir / "dataset", splits=("train",),
-                    credit=cfg.credit, gamma=cfg.gamma, default_rules=cfg.air, agents=agents_pattern(cfg.agents), policies=cfg.policies,
+                    credit=cfg.credit, gamma=cfg.gamma, trajectory=cfg.trajectory, default_rules=cfg.air, agents=agents_pattern(cfg.agents), policies=cfg.policies,
                     reward_weights={JUDGE_REWARD: 1.0} if cfg.judge_url else {SHUFFLED_REWARD: 1.0} if cfg.shuffle_rewards else {},
                 )
             calls = manifest["counts"]["llm_calls"]
