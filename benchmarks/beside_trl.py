@@ -217,41 +217,51 @@ def held_out_rewards(run_dir: Path, seed: int, budget: Budget) -> list[float]:
     return rewards
 
 
-def per_step(runs: list[dict], side: str, field: str) -> list[float]:
-    """``field`` summed over a run's steps, one value per seed."""
-    return [sum(s[field] for s in r["steps"]) for r in runs if r["side"] == side]
+STAGES = ("generation_seconds", "preparation_seconds", "train_seconds", "publish_seconds")
+
+
+def stage_cells(steps: list[dict], seeds: int) -> str:
+    """A table row's figures for ``steps`` (rows of every seed): seconds per stage and per episode, as means over seeds."""
+    seconds = {stage: sum(s[stage] for s in steps) / seeds for stage in STAGES}
+    episodes = sum(s["episodes"] for s in steps) / seeds
+    generated = sum(s["generated_tokens"] for s in steps) / sum(s["generation_seconds"] for s in steps)
+    trained = sum(s["trained_tokens"] for s in steps) / sum(s["train_seconds"] for s in steps)
+    return (f"{seconds['generation_seconds']:.1f} | {seconds['preparation_seconds']:.2f} | {seconds['train_seconds']:.1f} "
+            f"| {seconds['publish_seconds']:.1f} | {sum(seconds.values()) / episodes:.2f} | {generated:.0f} | {trained:.0f}")
+
+
+def per_episode_seconds(runs: list[dict]) -> float:
+    steps = [s for r in runs for s in r["steps"]]
+    return sum(s[stage] for s in steps for stage in STAGES) / sum(s["episodes"] for s in steps)
 
 
 def summary(runs: list[dict]) -> str:
+    """The tables printed (and committed as summary.txt): held-out reward per step, where the seconds went, the ratios."""
     sides = [s for s in ("tracerl", "trl") if any(r["side"] == s for r in runs)]
+    by_side = {side: [r for r in runs if r["side"] == side] for side in sides}
     steps = len(runs[0]["held_out"])
-    lines = ["held-out reward after each step (greedy), mean ± std over seeds:", "",
+    lines = [f"held-out reward after each step (greedy), mean ± std over {len(by_side[sides[0]])} seeds:", "",
              "| side | " + " | ".join(f"step {k}" for k in range(steps)) + " |", "|---" * (steps + 1) + "|"]
-    for side in sides:
-        lines.append(f"| {side} | " + " | ".join(mean_spread([r["held_out"][k] for r in runs if r["side"] == side]) for k in range(steps)) + " |")
-    lines += ["", "per step, mean over seeds and steps:", "",
-              "| side | generation s | preparation s | training s | publish s | wall s per episode | generated tok/s | trained tok/s | peak RSS GiB | run wall s |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    per_episode = {}
-    for side in sides:
-        mine = [r for r in runs if r["side"] == side]
-        flat = [s for r in mine for s in r["steps"]]
-
-        def mean(field: str) -> float:
-            return statistics.fmean(s[field] for s in flat)
-
-        stage = mean("generation_seconds") + mean("preparation_seconds") + mean("train_seconds") + mean("publish_seconds")
-        per_episode[side] = stage / statistics.fmean(s["episodes"] for s in flat)
-        lines.append(
-            f"| {side} | {mean('generation_seconds'):.1f} | {mean('preparation_seconds'):.2f} | {mean('train_seconds'):.1f} | {mean('publish_seconds'):.1f} "
-            f"| {per_episode[side]:.2f} | {sum(per_step(runs, side, 'generated_tokens')) / sum(per_step(runs, side, 'generation_seconds')):.0f} "
-            f"| {sum(per_step(runs, side, 'trained_tokens')) / sum(per_step(runs, side, 'train_seconds')):.0f} "
-            f"| {max(r['peak_rss_bytes'] for r in mine) / 2**30:.1f} | {statistics.fmean(r['wall_seconds'] for r in mine):.0f} |")
+    for side, mine in by_side.items():
+        lines.append(f"| {side} | " + " | ".join(mean_spread([r["held_out"][k] for r in mine]) for k in range(steps)) + " |")
+    lines += ["", "wall seconds per step by stage, mean over seeds; tokens per second over all seeds:", "",
+              "| side | step | generation s | preparation s | training s | publish s | s per training episode | generated tok/s | trained tok/s |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for side, mine in by_side.items():
+        for k in range(steps - 1):
+            lines.append(f"| {side} | {k + 1} | " + stage_cells([r["steps"][k] for r in mine], len(mine)) + " |")
+        lines.append(f"| {side} | all | " + stage_cells([s for r in mine for s in r["steps"]], len(mine)) + " |")
+    lines += ["", "| side | peak RSS GiB (process tree) | run wall s (tracerl: with vLLM's start and its held-out rounds; TRL: without its evaluation) |", "|---|---|---|"]
+    for side, mine in by_side.items():
+        lines.append(f"| {side} | {max(r['peak_rss_bytes'] for r in mine) / 2**30:.1f} | {statistics.fmean(r['wall_seconds'] for r in mine):.0f} |")
     if len(sides) == 2:
-        last = {side: statistics.fmean(r["held_out"][-1] for r in runs if r["side"] == side) for side in sides}
-        lines += ["", f"tracerl / TRL: held-out reward at equal episodes (step {steps - 1}) {last['tracerl']:.2f} / {last['trl']:.2f}; "
-                      f"wall seconds per training episode {per_episode['tracerl'] / per_episode['trl']:.2f}x"]
-        rows = [(s["transition_rows"], s["trajectory_rows"]) for r in runs if r["side"] == "tracerl" for s in r["steps"]]
+        last = {side: [r["held_out"][-1] for r in mine] for side, mine in by_side.items()}
+        reward_ratio = statistics.fmean(last["tracerl"]) / statistics.fmean(last["trl"]) if statistics.fmean(last["trl"]) else float("nan")
+        seconds = {side: per_episode_seconds(mine) for side, mine in by_side.items()}
+        lines += ["", f"tracerl / TRL after {sum(s['episodes'] for s in runs[0]['steps'])} training episodes: held-out reward "
+                      f"{mean_spread(last['tracerl'])} / {mean_spread(last['trl'])} = {reward_ratio:.2f}x; wall seconds per training "
+                      f"episode {seconds['tracerl']:.2f} / {seconds['trl']:.2f} = {seconds['tracerl'] / seconds['trl']:.2f}x"]
+        rows = [(s["transition_rows"], s["trajectory_rows"]) for r in by_side["tracerl"] for s in r["steps"]]
         lines.append(f"tracerl rows per round, transition / trajectory mode: {', '.join(f'{a}/{b}' for a, b in rows)}")
     return "\n".join(lines)
 

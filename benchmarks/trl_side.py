@@ -85,6 +85,7 @@ class StepClock(TrainerCallback):
         self.generate = self.score = 0.0
         self.generated_tokens = self.trained_tokens = 0
         self.rewards: list[float] = []
+        self.calls = 0  # episodes whose first turn called a tool (TRL counts the calls it runs only)
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.reset()
@@ -99,7 +100,7 @@ class StepClock(TrainerCallback):
             "generation_seconds": round(self.generate, 2), "preparation_seconds": round(self.score - self.generate, 2),
             "train_seconds": round(wall - self.score, 2), "step_seconds": round(wall, 2), "save_seconds": round(time.perf_counter() - saved, 2),
             "generated_tokens": self.generated_tokens, "trained_tokens": self.trained_tokens,
-            "tool_calls_per_episode": (self.trainer._metrics["train"].get("tools/call_frequency") or [None])[-1],
+            "episodes_calling_the_tool": self.calls,
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         }
         with self.rows_path.open("a", encoding="utf-8") as handle:
@@ -159,6 +160,7 @@ def main() -> None:
         """The calc agent's reward of each completion's first turn."""
         scores = [calc.reward(answers[tid], agent_answer(messages[0])) for messages, tid in zip(completions, task_id)]
         clock.rewards += scores
+        clock.calls += sum(bool(messages[0].get("tool_calls")) for messages in completions)
         return scores
 
     episodes = per_step * args.group_size

@@ -119,3 +119,58 @@ def test_each_micro_batch_is_collated_once(tiny_checkpoint, tmp_path, write_data
     trainer = PolicyTrainer(tiny_checkpoint, TrainConfig(dtype="fp32", learning_rate=1e-3, epochs=2, minibatch_size=4, micro_batch_size=2))
     stats = trainer.train(samples)
     assert stats.steps == 4 and laid_out == [2] * 8
+
+
+def _forwards(trainer: PolicyTrainer, monkeypatch) -> list[bool]:
+    """Record each forward pass of ``trainer``: whether it ran with gradients."""
+    passes: list[bool] = []
+    original = trainer._logprobs
+
+    def counted(*args, **kwargs):
+        passes.append(torch.is_grad_enabled())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "_logprobs", counted)
+    return passes
+
+
+def test_the_first_minibatch_trains_on_the_starting_weights_without_a_separate_pass(tiny_checkpoint, monkeypatch):
+    """Its training forward gives the proximal log-probs: a round of one optimizer step runs one forward per micro-batch,
+    and updates the weights exactly as the separate pass did (a model with dropout still takes that pass)."""
+    from tracerl.trainer.training import backend
+
+    config = TrainConfig(dtype="fp32", learning_rate=3e-3, epochs=1, minibatch_size=8, micro_batch_size=4)
+    rows = [([40, 41], 1.0), ([50, 51, 52], -1.0), ([60], 0.5), ([70, 71], -0.5)] * 2
+    samples = [Sample(prompt_token_ids=[10, 11, 12, 13], response_token_ids=r, advantage=a, response_logprobs=[-3.0] * len(r)) for r, a in rows]
+    fused = PolicyTrainer(tiny_checkpoint, config)
+    passes = _forwards(fused, monkeypatch)
+    fused_stats = fused.train(samples)
+    assert passes == [True, True]  # two micro-batches, each one forward with gradients
+    monkeypatch.setattr(backend, "has_dropout", lambda model: True)
+    separate = PolicyTrainer(tiny_checkpoint, config)
+    passes = _forwards(separate, monkeypatch)
+    separate_stats = separate.train(samples)
+    assert passes == [False, False, True, True]
+    assert fused_stats.served_logprob_gap == pytest.approx(separate_stats.served_logprob_gap, abs=1e-6)
+    for a, b in zip(fused.model.parameters(), separate.model.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_later_minibatches_keep_the_starting_weights_log_probs(tiny_checkpoint, monkeypatch):
+    """Minibatches after the first train on moved weights: their proximal log-probs are taken before the first step."""
+    config = TrainConfig(dtype="fp32", learning_rate=3e-3, epochs=2, minibatch_size=4, micro_batch_size=4)
+    samples = [Sample(prompt_token_ids=[10, 11, 12], response_token_ids=[40 + i, 41], advantage=(-1.0) ** i) for i in range(8)]
+    trainer = PolicyTrainer(tiny_checkpoint, config)
+    passes = _forwards(trainer, monkeypatch)
+    stats = trainer.train(samples)
+    assert stats.steps == 4 and passes == [False] + [True] * 4  # the second minibatch's start pass, then 2 epochs x 2 steps
+
+
+def test_dropout_is_found_in_modules_and_in_a_configs_rates(tiny_checkpoint):
+    from tracerl.trainer.training.backend import has_dropout
+
+    trainer = PolicyTrainer(tiny_checkpoint, TrainConfig(dtype="fp32"))
+    assert not has_dropout(trainer.model)
+    assert has_dropout(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.1)))
+    trainer.model.config.attention_dropout = 0.1  # Qwen2 and Llama pass it to the attention call: no module holds it
+    assert has_dropout(trainer.model)

@@ -58,6 +58,19 @@ class TrainMetrics:
         return asdict(self)
 
 
+def has_dropout(model: torch.nn.Module) -> bool:
+    """Whether a training-mode forward of ``model`` can differ from an eval-mode one: a dropout module with p > 0,
+    or a Hugging Face config asking for dropout (attention dropout is an argument of the attention call, not a module)."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout) and module.p > 0:
+            return True
+        config = getattr(module, "config", None)
+        if config is not None and hasattr(config, "to_dict"):
+            if any("dropout" in key and isinstance(value, (int, float)) and value > 0 for key, value in config.to_dict().items()):
+                return True
+    return False
+
+
 class PolicyGradientTrainer(ABC):
     """The steps of a round over a batch of samples; subclasses supply the model and the mechanics."""
 
@@ -183,7 +196,10 @@ class PolicyGradientTrainer(ABC):
 
         The proximal policy's log-probs (the round's starting weights) are computed on the first
         epoch's own micro-batches, whose collated tensors that epoch then trains on: a micro-batch is
-        collated once (samples no micro-batch of this process takes are scored in extra ones).
+        collated once (samples no micro-batch of this process takes are scored in extra ones). The
+        first minibatch trains on the starting weights themselves, so where the forward has no dropout
+        its training pass gives their log-probs too and it takes no separate pass: a round of one
+        optimizer step runs one forward per micro-batch, not two (TRL's GRPO does the same).
         """
         cfg = self.config
         epochs = cfg.epochs if epochs is None else epochs
@@ -194,12 +210,14 @@ class PolicyGradientTrainer(ABC):
         first = [micro for _, micros in layouts[0] for micro in micros] if layouts else []
         covered = {i for micro in first for i in micro}
         others = self._micro_batches([i for i in range(len(samples)) if i not in covered])
+        on_start_weights = set(layouts[0][0][1]) if layouts and layouts[0] and not has_dropout(self.policy) else set()
         self._set_training(False)
-        start_logprobs, collated = self._response_logprobs(samples, first + others, keep=frozenset(first))  # the proximal policy PPO clips against
+        # the proximal policy PPO clips against; None for the first minibatch's samples, filled by their training pass
+        start_logprobs, collated = self._response_logprobs(
+            samples, [m for m in first + others if m not in on_start_weights], keep=frozenset(first) - on_start_weights)
         self._set_training(True)
         metrics = TrainMetrics(
-            samples=len(samples), missing_logprobs=sum(s.response_logprobs is None for s in samples),
-            served_logprob_gap=served_logprob_gap(samples, start_logprobs), learning_rate=self.learning_rate,  # type: ignore[arg-type]
+            samples=len(samples), missing_logprobs=sum(s.response_logprobs is None for s in samples), learning_rate=self.learning_rate,  # type: ignore[arg-type]
             micro_batch_size=self.micro_batch_size, world_size=self.world_size,
         )
         total_steps = sum(len(layout) for layout in layouts)
@@ -230,6 +248,7 @@ class PolicyGradientTrainer(ABC):
             metrics.is_filtered_fraction, metrics.entropy = step_means["filtered"] / n, step_means["entropy"] / n
             if self._extra_loss_enabled:
                 metrics.reference_kl = step_means["reference_kl"] / n
+        metrics.served_logprob_gap = served_logprob_gap(samples, start_logprobs)  # type: ignore[arg-type]
         metrics.seconds = round(time.perf_counter() - began, 3)
         metrics.tokens_per_second = round(seen_tokens / metrics.seconds, 1) if metrics.seconds else 0.0
         metrics.peak_memory_bytes = peak_memory_bytes(self.device)
@@ -240,15 +259,20 @@ class PolicyGradientTrainer(ABC):
         collated: dict[tuple[int, ...], dict[str, torch.Tensor]],
     ) -> tuple[ObjectiveSums, float, float, int]:
         """Forward and backward over a minibatch's ``micros`` (this process's); gradients add up to the minibatch's.
-        A micro-batch collated for the start log-probs is taken from ``collated`` (and dropped from it)."""
+        A micro-batch collated for the start log-probs is taken from ``collated`` (and dropped from it); one
+        whose start log-probs are still None is on the starting weights, and its forward gives them."""
         cfg = self.config
         sums, loss_sum, reference_sum, processed = ObjectiveSums(), 0.0, 0.0, 0
         for indices in micros:
             data = collated.pop(indices, None) or self._collated(samples, indices)
             micro = [samples[i] for i in indices]
+            logprobs, entropy = self._logprobs(data, with_entropy=True)
+            if start[indices[0]] is None:
+                on_start = logprobs.detach().float().cpu()
+                for row, i in enumerate(indices):
+                    start[i] = on_start[row, slice(*response_span(samples[i]))].tolist()
             old = response_columns(micro, [start[i] for i in indices], data["ids"].shape[1]).to(self.device)
             rollout = torch.where(data["has_served"].unsqueeze(1), data["served_logprobs"], old)
-            logprobs, entropy = self._logprobs(data, with_entropy=True)
             advantages = torch.tensor([s.advantage for s in micro], device=self.device, dtype=torch.float32)
             supervised = torch.tensor([s.target_only for s in micro], device=self.device)
             loss, micro_sums = policy_loss(
