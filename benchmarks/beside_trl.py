@@ -21,8 +21,11 @@ Both train on the same tokens: the agent's one call per episode is one transitio
 ``max_tool_calling_iterations=0`` generates and trains on that call alone. A one-call episode has
 nothing to concatenate, so tracerl's trajectory mode (``--trajectory``) builds the same rows; the
 run checks that (``trajectory_rows`` = ``transition_rows`` for every round) instead of training
-it twice. ``--trl-tool-turns 1`` lets TRL run the tool and a second turn after its result (TRL's
-own default loop), trained as one sequence with the result masked.
+it twice. ``--reflect`` runs the paper's form of the agent (``--reflect-on-tool-use``: a second
+call reads the tool's result and answers) beside TRL running the tool and one more turn (its tool
+loop's default), trained as one sequence with the result masked; there tracerl's transition mode
+trains two rows an episode, and its trajectory mode merges them only where the second prompt
+extends the first (the run counts both).
 
 Wall seconds per step are split into generation (tracerl: the round's rollout, its 16 greedy
 held-out episodes included; TRL: ``_generate``), data preparation (tracerl: the pipeline's build;
@@ -54,6 +57,8 @@ import psutil
 from loop_runs import REPO, Variant, mean_spread, run_all
 
 RECIPE = "examples.calc.recipe:RECIPE"
+AGENT_REFLECTS = ("--reflect-on-tool-use",)
+TOOL_RESULT_TOKENS = 32  # TRL's completion holds the tool's result too: room for it beside two turns
 TRL_PYTHON = os.environ.get("TRACERL_TRL_PYTHON", str(REPO / ".venv-trl" / "bin" / "python"))
 TRL_TEMPLATE = "qwen2_5"  # a tool-calling template TRL recognises (SmolLM2's own ignores tools); hermes <tool_call> blocks, as vLLM parses
 
@@ -118,6 +123,7 @@ class Budget:
     micro_batch: int = 4
     learning_rate: float = 2e-5
     max_tokens: int = 40
+    reflect: bool = False  # the agent's second call writes the answer after the tool's result (TRL: one tool turn)
 
     @property
     def episodes(self) -> int:
@@ -129,6 +135,7 @@ def setup(folder: Path, budget: Budget) -> Variant:
     return Variant("tracerl", changes={
         "model": str(folder), "server": "vllm", "tool_call_parser": "hermes", "backend": "openrlhf", "tasks_per_round": budget.tasks,
         "group_size": budget.group, "eval_tasks": budget.eval_tasks, "concurrency": 16, "max_tokens": budget.max_tokens,
+        "agent_args": AGENT_REFLECTS if budget.reflect else (),
     }, train_changes={"learning_rate": budget.learning_rate, "minibatch_size": budget.episodes, "micro_batch_size": budget.micro_batch,
                       "epochs": 1, "num_threads": 2, "clip_epsilon": 0.2})
 
@@ -175,12 +182,14 @@ def steps_file(seed: int, budget: Budget, folder: Path, path: Path) -> Path:
     return path
 
 
-def run_trl(folder: Path, seed: int, budget: Budget, out: Path, tool_turns: int) -> dict:
+def run_trl(folder: Path, seed: int, budget: Budget, out: Path) -> dict:
+    tool_turns = int(budget.reflect)
+    completion = budget.max_tokens * (1 + tool_turns) + TOOL_RESULT_TOKENS * tool_turns
     run_dir = out / f"trl-seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     command = [TRL_PYTHON, str(REPO / "benchmarks" / "trl_side.py"), "--model", str(folder), "--seed", str(seed), "--out", str(run_dir),
                "--steps-file", str(steps_file(seed, budget, folder, run_dir / "steps.jsonl")), "--group-size", str(budget.group),
-               "--micro-batch", str(budget.micro_batch), "--lr", str(budget.learning_rate), "--max-completion-length", str(budget.max_tokens),
+               "--micro-batch", str(budget.micro_batch), "--lr", str(budget.learning_rate), "--max-completion-length", str(completion),
                "--temperature", "1.0", "--tool-turns", str(tool_turns)]
     env = {**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false"}
     with TreePeak() as peak:
@@ -212,7 +221,8 @@ def held_out_rewards(run_dir: Path, seed: int, budget: Budget) -> list[float]:
             eval_dir = run_dir / "held-out" / f"step-{step}"
             eval_dir.mkdir(parents=True, exist_ok=True)
             write_round_tasks(eval_dir / "tasks.jsonl", [], held_out, cfg, step)
-            run_agent(calc_recipe, eval_dir / "tasks.jsonl", eval_dir / "data", served.base_url, 16, budget.max_tokens)
+            run_agent(calc_recipe, eval_dir / "tasks.jsonl", eval_dir / "data", served.base_url, 16, budget.max_tokens,
+                      AGENT_REFLECTS if budget.reflect else ())
             rewards.append(mean_rewards_by_split(eval_dir / "data").get("test", 0.0))
     return rewards
 
@@ -274,7 +284,8 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=Budget.group, help="samples per task (the GRPO group)")
     parser.add_argument("--eval-tasks", type=int, default=Budget.eval_tasks, help="held-out tasks, run greedily after each step")
     parser.add_argument("--sides", nargs="+", choices=("tracerl", "trl"), default=["tracerl", "trl"])
-    parser.add_argument("--trl-tool-turns", type=int, default=0, help="TRL's max_tool_calling_iterations (0: the agent's one call)")
+    parser.add_argument("--reflect", action="store_true",
+                        help="the agent's --reflect-on-tool-use: a second call answers after the tool's result; TRL runs the tool and one more turn")
     parser.add_argument("--out", type=Path, default=None, help="the runs' folders (default: a temporary folder)")
     parser.add_argument("--results", type=Path, default=None, help="a folder for raw.json and summary.txt (committed under benchmarks/results/)")
     parser.add_argument("--from", dest="committed", type=Path, default=None, help="print the tables of a raw.json already made")
@@ -287,7 +298,8 @@ def main() -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="tracerl-beside-trl-"))
     out.mkdir(parents=True, exist_ok=True)
     folder = policy_folder(out)
-    budget = Budget(steps=args.steps, tasks=args.tasks, group=args.group, eval_tasks=args.eval_tasks, micro_batch=min(Budget.micro_batch, args.tasks * args.group))
+    budget = Budget(steps=args.steps, tasks=args.tasks, group=args.group, eval_tasks=args.eval_tasks,
+                    micro_batch=min(Budget.micro_batch, args.tasks * args.group), reflect=args.reflect)
     print(f"model {folder}; seeds {args.seeds}, {budget}, runs in {out}", flush=True)
     runs = []
     for seed in args.seeds:
@@ -295,14 +307,14 @@ def main() -> None:
             runs.append(run_tracerl(folder, seed, budget, out))
             print(f"  tracerl seed {seed}: held-out {runs[-1]['held_out']}  ({runs[-1]['wall_seconds']} s)", flush=True)
         if "trl" in args.sides:
-            runs.append(run_trl(folder, seed, budget, out, args.trl_tool_turns))
+            runs.append(run_trl(folder, seed, budget, out))
             print(f"  trl     seed {seed}: held-out {runs[-1]['held_out']}  ({runs[-1]['wall_seconds']} s)", flush=True)
     text = summary(runs)
     print("\n" + text)
     if args.results:
         args.results.mkdir(parents=True, exist_ok=True)
         command = "python benchmarks/beside_trl.py " + " ".join(sys.argv[1:])
-        (args.results / "raw.json").write_text(json.dumps({"command": command, "budget": asdict(budget), "trl_tool_turns": args.trl_tool_turns, "runs": runs}, indent=1))
+        (args.results / "raw.json").write_text(json.dumps({"command": command, "budget": asdict(budget), "runs": runs}, indent=1))
         (args.results / "summary.txt").write_text(f"$ {command}\n\n{text}\n")
 
 

@@ -10,7 +10,8 @@ the call is the answer (``examples.calc.agent.final_answer``), scored by ``examp
 (the call; the tool's result is its answer), so the benchmark's default is 0: TRL generates
 and trains on that call alone, as tracerl does. With 1, TRL runs the tool and generates a
 second turn after its result (what TRL's tool loop does by default), trained as one
-concatenated sequence with the result masked; the reward stays the call's result.
+concatenated sequence with the result masked, and that turn is the answer (the calc agent's
+``--reflect-on-tool-use``).
 
 Input: ``--steps-file``, one JSON line per step with the step's training tasks, as the
 tracerl loop draws them for the same seed (the driver writes it). Output, in ``--out``:
@@ -156,9 +157,16 @@ def main() -> None:
     rows_path.write_text("")
     clock = StepClock(args.out, rows_path)
 
+    def answer(messages: list[dict]) -> str:
+        """The agent's answer: its first turn's (the call's result), or with tool turns the turn after the result
+        (the agent's --reflect-on-tool-use; none when TRL cut it for length)."""
+        if args.tool_turns == 0 or not messages[0].get("tool_calls"):
+            return agent_answer(messages[0])
+        return (messages[-1].get("content") or "") if len(messages) > 1 else ""
+
     def correct(prompts, completions, task_id, **kwargs) -> list[float]:
-        """The calc agent's reward of each completion's first turn."""
-        scores = [calc.reward(answers[tid], agent_answer(messages[0])) for messages, tid in zip(completions, task_id)]
+        """The calc agent's reward of each completion."""
+        scores = [calc.reward(answers[tid], answer(messages)) for messages, tid in zip(completions, task_id)]
         clock.rewards += scores
         clock.calls += sum(bool(messages[0].get("tool_calls")) for messages in completions)
         return scores

@@ -145,8 +145,10 @@ class PolicyGradientTrainer(ABC):
 
     # --- shared ----------------------------------------------------------------------
     def _logprobs(self, data: dict[str, torch.Tensor], with_entropy: bool = False, model: torch.nn.Module | None = None):
+        """Log-probs (and entropy) of the batch's positions from its first response token on; 0 before (prompt positions)."""
         with self._autocast():
-            return token_logprobs(model or self.policy, data["ids"], data["attention"], chunk=self.config.logprob_chunk, with_entropy=with_entropy)
+            return token_logprobs(model or self.policy, data["ids"], data["attention"], chunk=self.config.logprob_chunk,
+                                  with_entropy=with_entropy, from_position=int(data["first_response"]))
 
     def _micro_batches(self, indices: Sequence[int]) -> list[tuple[int, ...]]:
         """``indices`` cut into micro-batches, in order."""

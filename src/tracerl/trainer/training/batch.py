@@ -25,7 +25,8 @@ def collate(samples: Sequence[Sample], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-padded ids plus, per position, the target token's mask and served log-prob.
 
     Position ``t`` of ``action_mask``/``served_logprobs`` is about token ``t + 1`` (the
-    logits at ``t`` predict it), the layout of :func:`token_logprobs`.
+    logits at ``t`` predict it), the layout of :func:`token_logprobs`; ``first_response``
+    is the first position any row's response takes (the ones before are prompts only).
     """
     width = max(len(s.prompt_token_ids) + len(s.response_token_ids) for s in samples)
     ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
@@ -40,7 +41,9 @@ def collate(samples: Sequence[Sample], pad_id: int) -> dict[str, torch.Tensor]:
         action_mask[i, start:end] = torch.tensor(mask, dtype=torch.float)
     served = response_columns(samples, [s.response_logprobs for s in samples], width)
     has_served = torch.tensor([s.response_logprobs is not None for s in samples], dtype=torch.bool)
-    return {"ids": ids, "attention": attention, "action_mask": action_mask, "served_logprobs": served, "has_served": has_served}
+    first_response = torch.tensor(min(response_span(s)[0] for s in samples), dtype=torch.long)
+    return {"ids": ids, "attention": attention, "action_mask": action_mask, "served_logprobs": served, "has_served": has_served,
+            "first_response": first_response}
 
 
 def response_columns(samples: Sequence[Sample], values: Sequence[Sequence[float] | None], width: int) -> torch.Tensor:

@@ -8,6 +8,11 @@ batch`` positions of every row); with gradients each chunk is recomputed in the 
 whatever the micro-batch. (Chunks of positions alone did not bound it: on an H100 a 1.5B model at
 micro-batch 16 x 1k tokens asked for one 9.3 GiB chunk of logits and ran out of memory.)
 
+The head runs only from ``from_position`` on (the trainer passes the batch's first response
+position): an agent's prompt is most of its tokens (SmolLM2 on the calc task: ~540 prompt tokens
+for ~35 response tokens) and a small model's head is a large share of its compute (SmolLM2: 28M of
+~150M multiply-adds a token), so scoring the prompt positions would cost ~20% more for nothing.
+
 Both backends call :func:`token_logprobs`, so the trainer's log-probs are computed one way
 whatever trains them; tests compare them with a plain Hugging Face forward.
 """
@@ -39,16 +44,18 @@ def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.
 
 
 def token_logprobs(
-    model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor, *, chunk: int = DEFAULT_CHUNK, with_entropy: bool = False
+    model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor, *, chunk: int = DEFAULT_CHUNK, with_entropy: bool = False,
+    from_position: int = 0,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """log pi(token_{t+1} | tokens_{<=t}) for every position of a right-padded batch, shape (B, T-1).
 
-    With ``with_entropy`` also the entropy of each position's distribution (same shape).
+    With ``with_entropy`` also the entropy of each position's distribution (same shape). Positions
+    before ``from_position`` are not scored: they hold 0.
     """
     hf = _unwrapped(model)
     decoder, head = hf.get_decoder(), hf.get_output_embeddings()
-    hidden = decoder(input_ids=ids, attention_mask=attention).last_hidden_state[:, :-1]
-    targets = ids[:, 1:]
+    hidden = decoder(input_ids=ids, attention_mask=attention).last_hidden_state[:, from_position:-1]
+    targets = ids[:, from_position + 1 :]
     recompute = torch.is_grad_enabled() and hidden.requires_grad
     chosen, entropy = [], []
     positions = max(1, chunk // hidden.shape[0])
@@ -57,5 +64,6 @@ def token_logprobs(
         lp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False) if recompute else _chunk_logprobs(*args)
         chosen.append(lp)
         entropy.append(ent)
-    logprobs = torch.cat(chosen, dim=1)
-    return (logprobs, torch.cat(entropy, dim=1)) if with_entropy else logprobs
+    unscored = hidden.new_zeros((ids.shape[0], from_position), dtype=chosen[0].dtype) if chosen else None
+    logprobs = torch.cat([unscored, *chosen], dim=1)
+    return (logprobs, torch.cat([unscored, *entropy], dim=1)) if with_entropy else logprobs
