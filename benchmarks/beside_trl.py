@@ -31,7 +31,8 @@ Wall seconds per step are split into generation (tracerl: the round's rollout, i
 held-out episodes included; TRL: ``_generate``), data preparation (tracerl: the pipeline's build;
 TRL: rewards and advantages), training (forward, backward, optimizer) and publish (tracerl: save
 and reload into vLLM; TRL generates with the weights it trains). Peak RSS is the largest sum over
-the process tree (tracerl: the loop, vLLM and the agent; TRL: its one process).
+the process tree (tracerl: the loop, vLLM and the agent; TRL: its one process). Each seed leaves
+~3 GB of SmolLM2 checkpoints under ``--out`` (TRL's every step, tracerl's newest two).
 
     TRACERL_VLLM_PYTHON=.venv-vllm/bin/python python benchmarks/beside_trl.py --seeds 0 1 2 --steps 2 \\
         --results benchmarks/results/beside-trl-cpu-2026-11-27
