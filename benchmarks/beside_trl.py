@@ -49,7 +49,6 @@ import sys
 import tempfile
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -130,13 +129,18 @@ class Budget:
     def episodes(self) -> int:
         return self.tasks * self.group
 
+    @property
+    def agent_args(self) -> tuple[str, ...]:
+        """The calc agent's arguments, in training rounds and held-out evaluations alike."""
+        return AGENT_REFLECTS if self.reflect else ()
+
 
 def setup(folder: Path, budget: Budget) -> Variant:
     """The loop's settings for the shared budget (see the module's docstring)."""
     return Variant("tracerl", changes={
         "model": str(folder), "server": "vllm", "tool_call_parser": "hermes", "backend": "openrlhf", "tasks_per_round": budget.tasks,
         "group_size": budget.group, "eval_tasks": budget.eval_tasks, "concurrency": 16, "max_tokens": budget.max_tokens,
-        "agent_args": AGENT_REFLECTS if budget.reflect else (),
+        "agent_args": budget.agent_args,
     }, train_changes={"learning_rate": budget.learning_rate, "minibatch_size": budget.episodes, "micro_batch_size": budget.micro_batch,
                       "epochs": 1, "num_threads": 2, "clip_epsilon": 0.2})
 
@@ -222,8 +226,7 @@ def held_out_rewards(run_dir: Path, seed: int, budget: Budget) -> list[float]:
             eval_dir = run_dir / "held-out" / f"step-{step}"
             eval_dir.mkdir(parents=True, exist_ok=True)
             write_round_tasks(eval_dir / "tasks.jsonl", [], held_out, cfg, step)
-            run_agent(calc_recipe, eval_dir / "tasks.jsonl", eval_dir / "data", served.base_url, 16, budget.max_tokens,
-                      AGENT_REFLECTS if budget.reflect else ())
+            run_agent(calc_recipe, eval_dir / "tasks.jsonl", eval_dir / "data", served.base_url, 16, budget.max_tokens, budget.agent_args)
             rewards.append(mean_rewards_by_split(eval_dir / "data").get("test", 0.0))
     return rewards
 

@@ -149,7 +149,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     steps = [json.loads(line) for line in args.steps_file.read_text().splitlines() if line.strip()]
     per_step = len(steps[0])
-    rows = [{"prompt": prompt_messages(t["question"], args.examples), "result": t["result"], "task_id": t["task_id"]}
+    rows = [{"prompt": prompt_messages(t["question"], args.examples), "task_id": t["task_id"]}
             for tasks in steps for t in tasks]
     answers = {t["task_id"]: calc.Task(t["task_id"], t["question"], t["result"]) for tasks in steps for t in tasks}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -61,14 +61,13 @@ class TrainMetrics:
 def has_dropout(model: torch.nn.Module) -> bool:
     """Whether a training-mode forward of ``model`` can differ from an eval-mode one: a dropout module with p > 0,
     or a Hugging Face config asking for dropout (attention dropout is an argument of the attention call, not a module)."""
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout) and module.p > 0:
-            return True
-        config = getattr(module, "config", None)
-        if config is not None and hasattr(config, "to_dict"):
-            if any("dropout" in key and isinstance(value, (int, float)) and value > 0 for key, value in config.to_dict().items()):
-                return True
-    return False
+    modules = list(model.modules())
+    if any(isinstance(module, torch.nn.Dropout) and module.p > 0 for module in modules):
+        return True
+    # the model and each of its layers hold the same config: read each one once
+    configs = {id(config): config for module in modules if hasattr(config := getattr(module, "config", None), "to_dict")}
+    return any("dropout" in key and isinstance(value, (int, float)) and value > 0
+               for config in configs.values() for key, value in config.to_dict().items())
 
 
 class PolicyGradientTrainer(ABC):

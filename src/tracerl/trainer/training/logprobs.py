@@ -64,6 +64,6 @@ def token_logprobs(
         lp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False) if recompute else _chunk_logprobs(*args)
         chosen.append(lp)
         entropy.append(ent)
-    unscored = hidden.new_zeros((ids.shape[0], from_position), dtype=chosen[0].dtype) if chosen else None
+    unscored = hidden.new_zeros((ids.shape[0], from_position), dtype=torch.float32)  # _chunk_logprobs scores in float32
     logprobs = torch.cat([unscored, *chosen], dim=1)
     return (logprobs, torch.cat([unscored, *entropy], dim=1)) if with_entropy else logprobs
