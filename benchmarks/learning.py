@@ -59,6 +59,34 @@ def smollm2_setup() -> Variant:
 SETUPS = {"tiny": lambda: Variant("tiny"), "smollm2": smollm2_setup}
 
 
+def with_settings(setup: Variant, settings: list[str]) -> Variant:
+    """``setup`` with ``--set FIELD=VALUE`` changes: loop fields, or ``train.FIELD`` for the trainer's."""
+    from dataclasses import fields
+
+    from tracerl.orchestration.local.config import LocalConfig
+    from tracerl.trainer.training.config import TrainConfig
+
+    changes, train_changes = dict(setup.changes), dict(setup.train_changes)
+    known = {"": {f.name for f in fields(LocalConfig)} - {"train", "seed", "out", "rounds"}, "train.": {f.name for f in fields(TrainConfig)}}
+    for setting in settings:
+        field, sep, text = setting.partition("=")
+        if not sep or not field:
+            raise SystemExit(f"--set {setting!r}: write FIELD=VALUE (e.g. temperature=0.6 or train.minibatch_size=16)")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        prefix = "train." if field.startswith("train.") else ""
+        if field.removeprefix(prefix) not in known[prefix]:
+            raise SystemExit(f"--set {setting!r}: no {'trainer' if prefix else 'loop'} field {field.removeprefix(prefix)!r}; "
+                             f"one of {', '.join(sorted(known[prefix]))}")
+        if prefix:
+            train_changes[field.removeprefix("train.")] = value
+        else:
+            changes[field] = value
+    return replace(setup, changes=changes, train_changes=train_changes)
+
+
 def commit() -> str:
     """The commit the runs ran on (``+dirty`` when the tree had changes)."""
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
@@ -160,6 +188,9 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=["rl", "shuffled"],
                         help="rl: the loop; shuffled: the same with rewards permuted (each seed's run is reproducible, so variants may run apart)")
     parser.add_argument("--agent-args", default="", help="more arguments of the agent program, quoted as one (sql: --partial-credit)")
+    parser.add_argument("--set", dest="settings", nargs="+", default=[], metavar="FIELD=VALUE",
+                        help="change the setup: a loop field (temperature=0.6, tasks_per_round=16) or train.FIELD (train.minibatch_size=16); "
+                             "VALUE read as JSON, else as text")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (each trains on one thread)")
     parser.add_argument("--out", type=Path, default=None, help="the runs' folders (default: a temporary folder)")
     parser.add_argument("--results", type=Path, default=None, help="raw per-round rows of every run, as JSON (default: OUT/raw.json)")
@@ -184,6 +215,7 @@ def main() -> None:
     setup = SETUPS[args.setup]()
     if args.agent_args:
         setup = replace(setup, changes={**setup.changes, "agent_args": tuple(shlex.split(args.agent_args))})
+    setup = with_settings(setup, args.settings)
     out = args.out or Path(tempfile.mkdtemp(prefix=f"tracerl-learning-{recipe.name}-"))
     out.mkdir(parents=True, exist_ok=True)
     variants = [VARIANTS[name] for name in args.variants]

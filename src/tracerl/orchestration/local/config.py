@@ -58,6 +58,12 @@ class LocalConfig:
     rounds: int = field(default=8, metadata=option("--rounds", min=0, help="Training rounds after the round-0 evaluation."))
     tasks_per_round: int = field(default=32, metadata=option("--tasks-per-round", min=1, help="Training tasks sampled each round."))
     group_size: int = field(default=4, metadata=option("--group-size", min=1, help="Samples per task (the GRPO group)."))
+    # vLLM logs the untempered log-probs (its default logprobs mode) and the trainer computes the same, so the
+    # served/trainer gap and the importance weights stay comparable at any temperature
+    temperature: float = field(default=1.0, metadata=option(
+        "--temperature", min=0.0,
+        help="Sampling temperature of the training episodes (held-out ones are greedy); below 1 keeps a small model's samples "
+             "near what it would answer, so a group's rewards differ by its choices rather than by noise."))
     eval_tasks: int = field(default=100, metadata=option("--eval-tasks", min=0, help="Held-out tasks, run greedily every round."))
     seed: int = field(default=0, metadata=option("--seed", help="Seeds the tasks, the samples and the trainer: the same seed, the same rows."))
     model: str | None = field(default=None, metadata=option(

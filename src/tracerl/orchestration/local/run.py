@@ -123,7 +123,7 @@ def write_round_tasks(path: Path, train: list[Task], held_out: list[Task], cfg: 
     lines = [{**task, "temperature": 0.0, "seed": 0} for task in held_out[: cfg.eval_tasks]]
     for task in rng.sample(train, min(cfg.tasks_per_round, len(train))):
         for k in range(cfg.group_size):
-            lines.append({**task, "temperature": 1.0, "seed": rng.randrange(2**31) + k})
+            lines.append({**task, "temperature": cfg.temperature, "seed": rng.randrange(2**31) + k})
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
 
 
