@@ -16,6 +16,8 @@ under ``benchmarks/results/``) with the commit they ran on.
     python benchmarks/learning.py                                          # the demo, seeds 0 1 2
     python benchmarks/learning.py --recipe examples.calc.recipe:RECIPE --parallel 2
     python benchmarks/learning.py --recipe examples.calc.recipe:RECIPE --setup smollm2 --rounds 2
+    python benchmarks/learning.py --recipe examples.sql.recipe:RECIPE --setup smollm2 --rounds 5 \
+        --agent-args="--partial-credit --max-rewrites 0" --set temperature=0.6 tasks_per_round=16 eval_tasks=28 train.minibatch_size=16
     python benchmarks/learning.py --from benchmarks/results/gpu-loop-h100-2026-11-27   # the tables of committed runs
 """
 

@@ -128,22 +128,29 @@ def tokenizer_corpus() -> tuple[str, ...]:
     return tuple(corpus)
 
 
-def held_out_skill(spans: Path) -> SkillCount:
-    """Held-out episodes whose writer named a table of the schema and a column of that table (:func:`sql.schema_linked`)."""
+def held_out_first_queries(spans: Path) -> list[tuple[str, str, str]]:
+    """(task id, schema as the prompt showed it, the writer's first query) of every held-out episode in ``spans``."""
     import duckdb
 
     rows = duckdb.sql(f"""
-        SELECT arg_min(attributes, start_time_unix_nano) FROM read_parquet('{spans}/**/*.parquet', union_by_name = true)
-        WHERE split = 'test' AND agent_name = 'writer' AND name LIKE 'chat %' GROUP BY episode_id
+        SELECT task_id, arg_min(attributes, start_time_unix_nano) FROM read_parquet('{spans}/**/*.parquet', union_by_name = true)
+        WHERE split = 'test' AND agent_name = 'writer' AND name LIKE 'chat %' GROUP BY episode_id, task_id ORDER BY task_id
     """).fetchall()
-    shown = 0
-    for (attributes,) in rows:
+    queries = []
+    for task_id, attributes in rows:
         values = json.loads(attributes)
         system = json.loads(values[A.GEN_AI_INPUT_MESSAGES])[0]["parts"][0]["content"]
         answer = json.loads(values.get(A.GEN_AI_OUTPUT_MESSAGES) or "[]")
         query = sql.clean_query(answer[0]["parts"][0].get("content") or "") if answer else ""
-        shown += sql.schema_linked(query, system.partition("Tables: ")[2])
-    return SkillCount("the writer's first query selects a column of the schema from its table", shown, len(rows))
+        queries.append((task_id, system.partition("Tables: ")[2], query))
+    return queries
+
+
+def held_out_skill(spans: Path) -> SkillCount:
+    """Held-out episodes whose writer named a table of the schema and a column of that table (:func:`sql.schema_linked`)."""
+    queries = held_out_first_queries(spans)
+    shown = sum(sql.schema_linked(query, schema) for _, schema, query in queries)
+    return SkillCount("the writer's first query selects a column of the schema from its table", shown, len(queries))
 
 
 RECIPE = AgentRecipe(

@@ -10,7 +10,6 @@ and, on SIGTERM/SIGINT, stops them all gracefully.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing
 import signal
@@ -21,16 +20,14 @@ from multiprocessing.connection import wait
 
 from tracerl.collector.server import CollectorServer, Endpoints, bind
 from tracerl.collector.service import CollectorConfig, replay_unused_wals
+from tracerl.core.parent_death import stop_with_parent
 
 log = logging.getLogger("tracerl.collector")
-
-_PR_SET_PDEATHSIG = 1
 
 
 def _worker(config: CollectorConfig, endpoints: Endpoints, index: int, ready, log_level: int) -> None:
     logging.basicConfig(level=log_level, format=f"%(asctime)s %(levelname)s worker-{index}: %(message)s")
-    # if the supervisor is killed, stop too (gracefully: SIGTERM commits what is buffered)
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    stop_with_parent()  # if the supervisor is killed, stop too (gracefully: SIGTERM commits what is buffered)
     CollectorServer(config, endpoints, worker=index).serve(on_ready=ready.set)
 
 

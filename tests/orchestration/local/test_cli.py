@@ -50,7 +50,7 @@ def test_every_declared_field_is_an_option_and_comes_back_into_the_config(tmp_pa
     rubric = tmp_path / "rubric.txt"
     rubric.write_text("score it")
     cfg = parsed(DEMO, [
-        "--out", str(tmp_path / "run"), "--rounds", "3", "--tasks-per-round", "5", "--group-size", "6", "--eval-tasks", "7", "--seed", "9",
+        "--out", str(tmp_path / "run"), "--rounds", "3", "--tasks-per-round", "5", "--group-size", "6", "--temperature", "0.7", "--eval-tasks", "7", "--seed", "9",
         "--model", "some/model", "--data", str(tmp_path), "--server", "vllm", "--tool-call-parser", "hermes", "--credit", "discounted", "--gamma", "0.5", "--trajectory",
         "--no-air", "--agents", "", "--policy", "writer=a,b", "--policy", "checker=c", "--replay", "--keep-checkpoints", "4", "--max-tokens", "64",
         "--agent-args", "--reflect-on-tool-use --x 'two words'", "--concurrency", "8", "--judge-url", "http://judge", "--judge-model", "j",
@@ -58,7 +58,7 @@ def test_every_declared_field_is_an_option_and_comes_back_into_the_config(tmp_pa
         "--max-model-len", "2048",
     ])
     assert cfg == replace(
-        DEMO.defaults, out=tmp_path / "run", rounds=3, tasks_per_round=5, group_size=6, eval_tasks=7, seed=9, model="some/model", data=tmp_path,
+        DEMO.defaults, out=tmp_path / "run", rounds=3, tasks_per_round=5, group_size=6, temperature=0.7, eval_tasks=7, seed=9, model="some/model", data=tmp_path,
         server="vllm", tool_call_parser="hermes", credit="discounted", gamma=0.5, trajectory=True, air=False, agents="",
         policies={"writer": ("a", "b"), "checker": ("c",)}, replay=True, keep_checkpoints=4, max_tokens=64,
         agent_args=("--reflect-on-tool-use", "--x", "two words"), concurrency=8, judge_url="http://judge", judge_model="j",

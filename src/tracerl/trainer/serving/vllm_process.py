@@ -29,6 +29,7 @@ import httpx
 
 from tracerl.core.dataclass_options import option
 from tracerl.core.net import free_port
+from tracerl.core.parent_death import stop_with_parent
 from tracerl.schemas import environment as E
 
 MIDDLEWARE = "tracerl.trainer.serving.vllm_policy_version.PolicyVersionHeader"
@@ -178,7 +179,9 @@ def running_vllm(
     command = vllm_command(vllm_python(), Path(model), served_model_name=served_model_name, host=host, port=port, options=options, lora_rank=lora_rank,
                            tool_call_parser=tool_call_parser, max_loras=max_loras)
     with log.open("wb") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        # its own session, so stopping it stops its engine and workers too; and stopped when this process dies,
+        # whatever kills it (a finally block does not run on SIGKILL)
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=stop_with_parent)
     server = VllmServer(f"http://{host}:{port}", log, process)
     try:
         _wait_until_up(server, startup_timeout_s)
