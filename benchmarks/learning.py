@@ -79,13 +79,10 @@ def with_settings(setup: Variant, settings: list[str]) -> Variant:
         except json.JSONDecodeError:
             value = text
         prefix = "train." if field.startswith("train.") else ""
-        if field.removeprefix(prefix) not in known[prefix]:
-            raise SystemExit(f"--set {setting!r}: no {'trainer' if prefix else 'loop'} field {field.removeprefix(prefix)!r}; "
-                             f"one of {', '.join(sorted(known[prefix]))}")
-        if prefix:
-            train_changes[field.removeprefix("train.")] = value
-        else:
-            changes[field] = value
+        name = field.removeprefix(prefix)
+        if name not in known[prefix]:
+            raise SystemExit(f"--set {setting!r}: no {'trainer' if prefix else 'loop'} field {name!r}; one of {', '.join(sorted(known[prefix]))}")
+        (train_changes if prefix else changes)[name] = value
     return replace(setup, changes=changes, train_changes=train_changes)
 
 

@@ -36,11 +36,12 @@ def main() -> None:
     misses = []
     for run in args.runs:
         held_out = {t.task_id: t for t in sql.all_tasks(int(run.name.rpartition("-seed")[2]))[1]}
-        rounds = sorted((run / "rounds").iterdir())
-        for folder in rounds:
-            counts = Counter(kind(held_out[task_id], query) for task_id, _, query in held_out_first_queries(folder / "data" / "spans"))
+        for folder in sorted((run / "rounds").iterdir()):
+            got = [(held_out[task_id], query) for task_id, _, query in held_out_first_queries(folder / "data" / "spans")]
+            kinds = [kind(task, query) for task, query in got]
+            counts = Counter(kinds)
             print(f"| {run.name} | {int(folder.name)} | " + " | ".join(str(counts[k]) for k in KINDS) + " |")
-        missed = [(held_out[t], q) for t, _, q in held_out_first_queries(rounds[-1] / "data" / "spans") if kind(held_out[t], q) != KINDS[0]]
+        missed = [(task, query) for (task, query), k in zip(got, kinds) if k != KINDS[0]]  # the last round's
         misses += [f"- {run.name}: {task.question} -> `{query[:100].replace(chr(10), ' ')}`" for task, query in missed[: args.show]]
     if misses:
         print("\nLast round, queries that missed the gold rows:\n\n" + "\n".join(misses))
