@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,6 +41,20 @@ def teach_tiny_model(tmp_path_factory) -> Callable[..., Path]:
         return trainer.save(path)
 
     return teach
+
+
+@pytest.fixture(scope="session")
+def train_example() -> Callable[..., list[dict]]:
+    """``train_example("sql", model, out, *options)`` runs ``python -m examples.sql.train --model MODEL ... --out OUT``
+    from the repository root, as the example's README runs it, and returns its metrics.jsonl rows (one per round)."""
+
+    def train(example: str, model: Path, out: Path, *options: str) -> list[dict]:
+        command = [sys.executable, "-m", f"examples.{example}.train", "--model", str(model), *options, "--out", str(out)]
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=2400)
+        assert done.returncode == 0, done.stderr[-4000:]
+        return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+    return train
 
 
 @pytest.fixture
