@@ -30,14 +30,33 @@ if TYPE_CHECKING:
     from tracerl.collector.server import CollectorServer
 
 
+# Each trains SmolLM2 beside its own vLLM (8-15 GB at their peak): two at once beside the rest of the
+# suite ran the 24 GB machine out of memory, so they share one worker, one after the other.
+ONE_WORKER = ("tests/examples/calc/test_smollm2.py", "tests/examples/sql/test_smollm2.py", "tests/benchmarks/test_beside_trl.py")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest tests (given more than the default timeout) first: each of the two workers starts
-    one and the rest fill in around them, instead of one worker running them back to back at the end."""
+    """The longest tests (given more than the default timeout) first: a worker starts on them while the
+    other runs the rest, instead of one worker running them back to back at the end. xdist keeps this
+    order (``--no-loadscope-reorder`` in pyproject.toml; its default orders files by test count)."""
     def long(item: pytest.Item) -> bool:
         marker = item.get_closest_marker("timeout")
         return bool(marker and marker.args and marker.args[0] > 600)
 
     items.sort(key=lambda item: not long(item))  # stable: every other test keeps its order
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent where the suite runs in one process
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's ``--dist loadfile`` (each file's tests on one worker), with the ``ONE_WORKER`` files as one unit."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class SmolLM2RunsOnOneWorker(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "smollm2" if path in ONE_WORKER else path
+
+    return SmolLM2RunsOnOneWorker(config, log)
 
 
 @pytest.fixture
