@@ -78,8 +78,8 @@ def run_all(
 
 
 def mean_spread(values: list[float]) -> str:
-    """``mean ± std`` over seeds (std 0 for one seed)."""
-    spread = statistics.pstdev(values) if len(values) > 1 else 0.0
+    """``mean ± std`` over seeds: the sample std (n - 1), 0 for one seed."""
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
     return f"{statistics.fmean(values):.2f} ± {spread:.2f}"
 
 

@@ -119,7 +119,12 @@ class LocalConfig:
     # held-out rewards stay the agent's own
     shuffle_rewards: bool = field(default=False, metadata=option(
         "--shuffle-rewards",
-        help="The control of a learning claim: each round's training rewards permuted among its episodes (same loop, same updates, no signal)."))
+        help="The control of a learning claim: each training episode's whole reward (intermediate rewards included) given to another "
+             "episode of its task group (same groups, same reward values, same updates, no signal)."))
+    drop_zero_advantage: bool = field(default=False, metadata=option(
+        "--drop-zero-advantage/--keep-zero-advantage",
+        help="Train only on samples whose advantage is not 0 (a group whose episodes all earned the same teaches nothing, "
+             "and its forward and backward passes cost as much as any): DAPO's dynamic sampling, without resampling."))
     backend: str = BACKENDS[0]
     train: TrainConfig = field(default_factory=TrainConfig)
     openrlhf: OpenRLHFOptions = field(default_factory=OpenRLHFOptions)

@@ -95,5 +95,9 @@ class AgentRecipe:
     # (a round's spans folder) -> what the skill is in words, and of the held-out episodes how many show it, out of
     # how many (benchmarks/learning.py prints it beside the reward). None: held-out episodes that called a tool
     held_out_skill: Callable[[Path], SkillCount] | None = None
+    # (a round's spans folder) -> the held-out measure a learning claim rests on (BFCL's verdict, execution match), when the
+    # agent's reward is not it alone (a partial credit is part of it). benchmarks/learning.py counts a seed as rising on it.
+    # None: the held-out mean reward
+    held_out_primary: Callable[[Path], SkillCount] | None = None
     version: int = 1  # bump when the tasks or the warm start change, so cached starting policies are rebuilt
     defaults: LocalConfig = field(default_factory=LocalConfig)

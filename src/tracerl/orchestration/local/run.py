@@ -162,32 +162,48 @@ JUDGE_REWARD = "judge"
 SHUFFLED_REWARD = "shuffled"
 
 
-def shuffle_rewards(data_dir: Path, rng: random.Random) -> int:
-    """The control's rewards: the round's training-episode rewards permuted among its episodes, as late rewards
-    ``rewards/shuffled.parquet`` in ``data_dir`` (built with only them weighed); the episodes permuted.
+def shuffle_within_groups(built: Path, data_dir: Path, rng: random.Random) -> int:
+    """The control's rewards: every training episode's whole reward, its outcome and its automatic intermediate
+    rewards together (its return in the dataset ``built`` from the round's own rewards), given to another episode
+    of the same task group, as late rewards ``rewards/shuffled.parquet`` in ``data_dir``; the episodes permuted.
 
-    Every count stays as it was (the same episodes, the same rewards, the same number of
-    updates); only which episode earned what is lost, so what the policy learns from them is
-    whatever the loop teaches without the reward's signal.
+    Each group keeps its reward values, so the groups whose advantages are not all zero, the
+    samples, the updates and every count stay as they were; only which episode earned what is
+    lost. What the policy learns from them is whatever the loop teaches without the reward's signal.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    query = f"""
-        SELECT episode_id, sum(reward_value) AS reward
-        FROM read_parquet('{data_dir}/spans/**/*.parquet', union_by_name = true)
-        WHERE name = '{A.REWARD_SPAN_NAME}' AND split = 'train' GROUP BY episode_id ORDER BY episode_id
-    """
-    rows = duckdb.sql(query).fetchall()
-    episodes = [episode for episode, _ in rows]
-    permuted = [reward for _, reward in rows]
-    rng.shuffle(permuted)
+    rows = duckdb.sql(f"""
+        SELECT coalesce(task_id, '') AS task_group, episode_id, arg_min("return", step) AS episode_return
+        FROM read_parquet('{built}/transitions-*.parquet') WHERE split = 'train' GROUP BY ALL ORDER BY task_group, episode_id
+    """).fetchall()
+    episodes: list[str] = []
+    permuted: list[float] = []
+    for group in sorted({task_group for task_group, _, _ in rows}):
+        members = [(episode, value) for task_group, episode, value in rows if task_group == group]
+        values = [value for _, value in members]
+        rng.shuffle(values)
+        episodes += [episode for episode, _ in members]
+        permuted += values
     table = pa.table({"episode_id": pa.array(episodes, pa.string()), "name": pa.array([SHUFFLED_REWARD] * len(episodes), pa.string()),
                       "value": pa.array(permuted, pa.float64())})
     path = data_dir / "rewards" / f"{SHUFFLED_REWARD}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path)
     return len(episodes)
+
+
+def groups_with_signal(dataset: Path) -> dict[str, int]:
+    """The training task groups of a built round, and how many have an advantage other than 0 (all
+    episodes of the rest earned the same: they teach nothing); logged per round for RL and control alike."""
+    (groups, signal), = duckdb.sql(f"""
+        SELECT count(*), count(*) FILTER (moved) FROM (
+            SELECT coalesce(task_id, '') AS task_group, bool_or(abs(advantage) > 1e-12) AS moved
+            FROM read_parquet('{dataset}/transitions-*.parquet') WHERE split = 'train' GROUP BY ALL
+        )
+    """).fetchall()
+    return {"task_groups": int(groups), "groups_with_signal": int(signal)}
 
 
 def tools_warning(recipe: AgentRecipe, start: Path | str) -> str | None:
@@ -406,17 +422,21 @@ def run_local(
                 run_agent(recipe, tasks_file, round_dir / "data", served.base_url, cfg.concurrency, cfg.max_tokens, agent_args, agent_models)
             rewards = mean_rewards_by_split(round_dir / "data")
             judged = {}
-            if cfg.shuffle_rewards:
-                judged = {"shuffled_episodes": shuffle_rewards(round_dir / "data", random.Random(cfg.seed * 1000 + rnd + 500))}
             if cfg.judge_url:
                 phase(rnd, "judging the training episodes")
                 with clock("judge"):
                     judged = judge_round(round_dir / "data", cfg)
             phase(rnd, "building the dataset")
+            build = dict(splits=("train",), credit=cfg.credit, gamma=cfg.gamma, trajectory=cfg.trajectory, default_rules=cfg.air,
+                         agents=agents_pattern(cfg.agents), policies=cfg.policies)
             with clock("build"):
+                if cfg.shuffle_rewards:  # built once with the round's own rewards, whose returns the control then permutes
+                    build_dataset(round_dir / "data", round_dir / "dataset-own-rewards", **build)
+                    judged = {"shuffled_episodes": shuffle_within_groups(
+                        round_dir / "dataset-own-rewards", round_dir / "data", random.Random(cfg.seed * 1000 + rnd + 500))}
+                    build.update(default_rules=False)  # the intermediate rewards are in the permuted returns
                 manifest = build_dataset(
-                    round_dir / "data", round_dir / "dataset", splits=("train",),
-                    credit=cfg.credit, gamma=cfg.gamma, trajectory=cfg.trajectory, default_rules=cfg.air, agents=agents_pattern(cfg.agents), policies=cfg.policies,
+                    round_dir / "data", round_dir / "dataset", **build,
                     reward_weights={JUDGE_REWARD: 1.0} if cfg.judge_url else {SHUFFLED_REWARD: 1.0} if cfg.shuffle_rewards else {},
                 )
             calls = manifest["counts"]["llm_calls"]
@@ -430,6 +450,7 @@ def run_local(
                 "transitions": int(manifest["counts"]["transitions"]),
                 "generated_tokens": generated_tokens(round_dir / "data"),
                 **({"wrong_policy_calls": calls["skipped"].get("wrong_policy", 0)} if several else {}),
+                **(groups_with_signal(round_dir / "dataset") if manifest["counts"]["transitions"] else {"task_groups": 0, "groups_with_signal": 0}),
                 **judged,
             }
             per_policy = {}
@@ -468,6 +489,14 @@ def train_and_publish(
         samples, skipped = read_dataset(dataset, policy=policy.rows)
     except EmptyDatasetError as exc:
         return {"status": "skipped", "reason": str(exc)}
+    dropped = 0
+    if cfg.drop_zero_advantage:  # their policy-gradient term is 0: a forward and backward pass for nothing
+        kept_samples = [s for s in samples if s.advantage != 0]
+        dropped = len(samples) - len(kept_samples)
+        if not kept_samples:
+            return {"status": "skipped", "reason": f"every one of the {dropped} samples has advantage 0 (no group's episodes differed)",
+                    "zero_advantage_dropped": dropped}
+        samples = kept_samples
     pool = format_replay + policy.replay  # one of them is empty
     kept = random.Random(cfg.seed * 1000 + rnd).sample(pool, min(cfg.replay_samples, len(pool)))
     stats = policy.trainer.train(samples + kept)
@@ -479,7 +508,7 @@ def train_and_publish(
     fields = {
         "train_loss": stats.loss, "clip_fraction": stats.clip_fraction, "approx_kl": stats.approx_kl,
         "served_logprob_gap": stats.served_logprob_gap, "is_filtered_fraction": stats.is_filtered_fraction, "entropy": stats.entropy,
-        "train_seconds": stats.seconds, "peak_memory_bytes": stats.peak_memory_bytes, "skipped": skipped,
+        "train_seconds": stats.seconds, "peak_memory_bytes": stats.peak_memory_bytes, "skipped": skipped, "zero_advantage_dropped": dropped,
         # every token through the model's forward and backward passes, prompts included (what a CPU round's time goes to)
         "trained_tokens": sum(len(s.prompt_token_ids) + len(s.response_token_ids) for s in samples + kept),
         "checkpoint_bytes": folder_bytes(checkpoint),

@@ -1,0 +1,116 @@
+"""The function-calling agent: the plain OpenAI client with ``tools=``, one BFCL question an episode.
+
+It sends the question with its functions as tools, reads the tool calls the server parsed
+out of the answer, and scores them with the Berkeley Function Calling Leaderboard's own
+checker (:func:`examples.bfcl.task.verdict`): the reward is 1 when the leaderboard would
+count the answer right, else 0. Before the question it shows a few solved questions (other
+functions, never the question's own) as earlier turns, what a user of a small model does
+first (``--examples 0``: none). The only tracerl calls are :func:`tracerl.episode`
+around a question and :func:`tracerl.emit_reward`; capture is switched on by ``tracerl run``'s
+environment variables. The verdict's parts (did the calls parse, did they name the right
+function, the checker's error type) go on a span of their own, ``bfcl.verdict``, which
+``benchmarks/bfcl_held_out.py`` reads back from the traces.
+
+Usage: ``python -m examples.bfcl.agent TASKS.jsonl`` with ``OPENAI_BASE_URL`` pointing at the
+policy endpoint; each line is a task (:class:`examples.bfcl.task.Task`, plus ``examples``) with
+the ``temperature`` and ``seed`` its call uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+
+from openai import AsyncOpenAI
+from opentelemetry import trace
+
+import tracerl
+from examples.bfcl.task import Task, Verdict, openai_tools, tool_name, verdict
+from tracerl.orchestration.local.recipe import POLICY_MODEL_NAME
+from tracerl.schemas import environment as E
+
+# a call of a few arguments is 30-80 tokens; a model that repeats a name until the limit is cut off here
+MAX_TOKENS = int(os.environ.get(E.AGENT_MAX_TOKENS_ENV, "128"))
+VERDICT_SPAN = "bfcl.verdict"
+
+
+def worked_turns(examples: list[dict], n: int) -> list[dict]:
+    """``n`` solved questions as earlier turns: the question, then the assistant's call of its function.
+
+    No tool results follow the calls: BFCL scores the call, and a made-up result teaches a small
+    model to write one (SmolLM2 shown ``<tool_response>`` turns answered with ``<tool_response>``
+    blocks, never a call: 0 of 100 held-out questions).
+    """
+    messages: list[dict] = []
+    for i, example in enumerate(examples[:n]):
+        calls = [{"id": f"example_{i}_{j}", "type": "function",
+                  "function": {"name": tool_name(call["name"]), "arguments": json.dumps(call["arguments"])}}
+                 for j, call in enumerate(example["calls"])]
+        messages += [*example["question"], {"role": "assistant", "content": None, "tool_calls": calls}]
+    return messages
+
+
+def reward(got: Verdict, partial_credit: bool) -> float:
+    """1 when BFCL's checker passes the calls; with ``partial_credit``, 0.5 for calls that name the right
+    function(s) but fail the check. The held-out measure is the verdict alone (the ``bfcl.verdict`` span)."""
+    if got.valid:
+        return 1.0
+    return 0.5 if partial_credit and got.right_function else 0.0
+
+
+async def run_episode(
+    client: AsyncOpenAI, task: Task, examples: list[dict], temperature: float, seed: int, model: str, shown: int, partial_credit: bool,
+) -> float:
+    with tracerl.episode(task_id=task.task_id, split=task.split):
+        response = await client.chat.completions.create(
+            model=model, messages=[*worked_turns(examples, shown), *task.question], tools=openai_tools(task),
+            temperature=temperature, seed=seed, max_tokens=MAX_TOKENS,
+        )
+        message = response.choices[0].message
+        calls = [call.model_dump() for call in message.tool_calls or []]
+        got = verdict(task, calls)
+        attributes = {"bfcl.category": task.category, "bfcl.parsed": got.parsed, "bfcl.right_function": got.right_function,
+                      "bfcl.valid": got.valid, "bfcl.error_type": got.error_type}
+        trace.get_tracer("examples.bfcl").start_span(VERDICT_SPAN, attributes=attributes).end()
+        value = reward(got, partial_credit)
+        tracerl.emit_reward(value, name="bfcl")
+        return value
+
+
+async def run_all(lines: list[dict], model: str, concurrency: int, shown: int, partial_credit: bool = False) -> list[float]:
+    gate = asyncio.Semaphore(concurrency)
+    client = AsyncOpenAI(base_url=os.environ[E.OPENAI_BASE_URL_ENV], api_key=os.environ.get(E.OPENAI_API_KEY_ENV, "unused"), max_retries=2)
+
+    async def one(line: dict) -> float:
+        line = dict(line)
+        temperature, seed, examples = line.pop("temperature"), line.pop("seed"), line.pop("examples", [])
+        async with gate:
+            return await run_episode(client, Task(**line), examples, temperature, seed, model, shown, partial_credit)
+
+    try:
+        return await asyncio.gather(*(one(line) for line in lines))
+    finally:
+        await client.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("tasks", help="JSONL file, one task per line with its temperature and seed")
+    parser.add_argument("--model", default=POLICY_MODEL_NAME)
+    parser.add_argument("--concurrency", type=int, default=int(os.environ.get(E.AGENT_CONCURRENCY_ENV, "16")))
+    parser.add_argument("--examples", type=int, default=2, help="solved questions shown before each question (0: none)")
+    parser.add_argument("--partial-credit", action="store_true",
+                        help="0.5 for calls that name the right function but fail the check (a signal while passes are rare)")
+    args = parser.parse_args(argv)
+    with open(args.tasks, encoding="utf-8") as handle:
+        lines = [json.loads(line) for line in handle if line.strip()]
+    rewards = asyncio.run(run_all(lines, args.model, args.concurrency, args.examples, args.partial_credit))
+    print(json.dumps({"episodes": len(rewards), "mean_reward": sum(rewards) / max(len(rewards), 1)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
