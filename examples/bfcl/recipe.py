@@ -45,7 +45,7 @@ def split(questions: list[bfcl.Task], transfer: list[bfcl.Task], seed: int) -> t
     trained = {name for t in train for name in bfcl.function_names(t)}
     unseen = [t for t in transfer if not bfcl.function_names(t) & trained]
     held_out += [bfcl.Task(**{**t.to_json(), "split": "test"}) for t in random.Random(seed).sample(unseen, min(TRANSFER, len(unseen)))]
-    shown = [{"question": t.question, "calls": bfcl.reference_calls(t)} for t in examples]
+    shown = [{"question": t.question, "functions": t.functions, "calls": bfcl.reference_calls(t)} for t in examples]
     return [{**t.to_json(), "examples": shown} for t in train], [{**t.to_json(), "examples": shown} for t in held_out]
 
 

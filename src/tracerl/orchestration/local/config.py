@@ -58,8 +58,8 @@ class LocalConfig:
     rounds: int = field(default=8, metadata=option("--rounds", min=0, help="Training rounds after the round-0 evaluation."))
     tasks_per_round: int = field(default=32, metadata=option("--tasks-per-round", min=1, help="Training tasks sampled each round."))
     group_size: int = field(default=4, metadata=option("--group-size", min=1, help="Samples per task (the GRPO group)."))
-    # vLLM logs the untempered log-probs (its default logprobs mode) and the trainer computes the same, so the
-    # served/trainer gap and the importance weights stay comparable at any temperature
+    # both servers log the log-probs of the tempered distribution each token was drawn from, and the trainer
+    # computes the same (TrainConfig.rollout_temperature, set from this): the policy trained is the one sampled
     temperature: float = field(default=1.0, metadata=option(
         "--temperature", min=0.0,
         help="Sampling temperature of the training episodes (held-out ones are greedy); below 1 keeps a small model's samples "

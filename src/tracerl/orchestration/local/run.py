@@ -289,7 +289,9 @@ def rewarded_outputs(samples: list[Sample]) -> list[Sample]:
 
 
 def training_setup(cfg: LocalConfig) -> LocalConfig:
-    """``cfg`` with the learning rate resolved: given, else the recipe's for its tiny model, else the default for what is trained."""
+    """``cfg`` with the learning rate resolved (given, else the recipe's for its tiny model, else the default for what
+    is trained) and the trainer told the training episodes' sampling temperature, whose policy it trains."""
+    cfg = replace(cfg, train=replace(cfg.train, rollout_temperature=cfg.temperature or 1.0))
     if cfg.train.learning_rate is None and not cfg.model:
         return replace(cfg, train=replace(cfg.train, learning_rate=cfg.tiny_learning_rate))
     return cfg

@@ -4,8 +4,9 @@ One background thread owns the model. Requests from any number of HTTP handlers 
 up; the thread decodes everything that is running as one left-padded batch with a KV
 cache (continuous batching: newcomers join at the next step by re-prefilling the batch,
 finished rows are dropped from the cache). Because the RL trainer recomputes the
-log-probs of exactly the sampled ids, each reported log-prob is ``log_softmax`` of the
-raw logits (temperature and top-p shape only the sampling), like vLLM's default.
+log-probs of exactly the sampled ids, each reported log-prob is that of the distribution the
+token was drawn from, ``log_softmax(logits / T)`` (raw logits for greedy rows; top-p shapes only the
+sampling), like vLLM's ``--logprobs-mode processed_logprobs``, which tracerl starts it with.
 
 Weight reloads are applied between tokens only once the running batch has drained, so
 every token of a response comes from one policy version, the one it reports.
@@ -444,7 +445,8 @@ class GenerationEngine:
     def _sample(self) -> None:
         """Sample one token per row, report it, and drop finished rows from the batch."""
         logits = self._logits
-        logprobs = torch.log_softmax(logits, dim=-1)
+        temperatures = torch.tensor([r.group.params.temperature or 1.0 for r in self._rows], dtype=logits.dtype, device=logits.device)
+        logprobs = torch.log_softmax(logits / temperatures[:, None], dim=-1)  # the distribution each row samples from
         tokens = draw_tokens(logits, [r.group.params for r in self._rows], [r.group.rng.random() for r in self._rows])
         k = max(r.group.params.top_logprobs for r in self._rows)
         top = logprobs.topk(k, dim=-1) if k else None

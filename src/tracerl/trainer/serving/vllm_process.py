@@ -144,6 +144,9 @@ def vllm_command(
         python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
         "--served-model-name", served_model_name, "--host", host, "--port", str(port),
         *options.arguments(cuda, context_length(model)), "--middleware", MIDDLEWARE,
+        # the log-probs of the distribution each token was sampled from (after temperature), which the trainer
+        # computes too (TrainConfig.rollout_temperature); at temperature 1 and greedy the same as the raw ones
+        "--logprobs-mode", "processed_logprobs",
     ]
     if tool_call_parser:  # agents that send `tools` get a 400 from vLLM without it
         command += ["--enable-auto-tool-choice", "--tool-call-parser", tool_call_parser]

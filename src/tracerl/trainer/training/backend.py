@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from tracerl.trainer.training.batch import collate, minibatch_order, response_columns, response_span, served_logprob_gap
-from tracerl.trainer.training.config import TrainConfig, default_learning_rate
+from tracerl.trainer.training.config import DEFAULT_MICRO_BATCH_TOKENS, TrainConfig, default_learning_rate
 from tracerl.trainer.training.dataset import Sample
 from tracerl.trainer.training.device import peak_memory_bytes
 from tracerl.trainer.training.logprobs import token_logprobs
@@ -147,12 +147,33 @@ class PolicyGradientTrainer(ABC):
         """Log-probs (and entropy) of the batch's positions from its first response token on; 0 before (prompt positions)."""
         with self._autocast():
             return token_logprobs(model or self.policy, data["ids"], data["attention"], chunk=self.config.logprob_chunk,
-                                  with_entropy=with_entropy, from_position=int(data["first_response"]))
+                                  with_entropy=with_entropy, from_position=int(data["first_response"]), temperature=self.config.rollout_temperature)
 
-    def _micro_batches(self, indices: Sequence[int]) -> list[tuple[int, ...]]:
-        """``indices`` cut into micro-batches, in order."""
-        size = self.micro_batch_size
-        return [tuple(indices[start : start + size]) for start in range(0, len(indices), size)]
+    @property
+    def micro_batch_tokens(self) -> int:
+        return self.config.micro_batch_tokens or DEFAULT_MICRO_BATCH_TOKENS.get(self.device.type, DEFAULT_MICRO_BATCH_TOKENS["cuda"])
+
+    def _micro_batches(self, indices: Sequence[int], samples: Sequence[Sample]) -> list[tuple[int, ...]]:
+        """``indices`` cut into micro-batches, in order: at most ``micro_batch_size`` samples and ``micro_batch_tokens``
+        padded tokens each (a row of the batch is as wide as its longest; a sample longer than the budget goes alone).
+
+        The token budget is what bounds a forward and backward pass's memory; a count of samples
+        alone does not (SmolLM2 at 16 samples of agent prompts was OOM-killed at 20 GB on CPU).
+        """
+        size, budget = self.micro_batch_size, self.micro_batch_tokens
+        micros: list[tuple[int, ...]] = []
+        current: list[int] = []
+        width = 0
+        for i in indices:
+            length = len(samples[i].prompt_token_ids) + len(samples[i].response_token_ids)
+            if current and (len(current) >= size or (len(current) + 1) * max(width, length) > budget):
+                micros.append(tuple(current))
+                current, width = [], 0
+            current.append(i)
+            width = max(width, length)
+        if current:
+            micros.append(tuple(current))
+        return micros
 
     def _to_device(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {key: value.to(self.device) for key, value in data.items()}
@@ -179,15 +200,16 @@ class PolicyGradientTrainer(ABC):
 
     def action_logprobs(self, samples: Sequence[Sample], model: torch.nn.Module | None = None) -> list[list[float]]:
         """Each sample's response-token log-probs under the current weights (or ``model``'s), in micro-batches."""
-        return self._response_logprobs(samples, self._micro_batches(range(len(samples))), model)[0]  # type: ignore[return-value]
+        return self._response_logprobs(samples, self._micro_batches(range(len(samples)), samples), model)[0]  # type: ignore[return-value]
 
-    def _epoch_layouts(self, n_samples: int, epochs: int) -> list[list[tuple[int, list[tuple[int, ...]]]]]:
+    def _epoch_layouts(self, samples: Sequence[Sample], epochs: int) -> list[list[tuple[int, list[tuple[int, ...]]]]]:
         """Per epoch, its minibatches in the seeded order: each one's size and this process's micro-batches of it
         (a tail too short to give every process a sample is left out)."""
         layouts = []
         for _ in range(epochs):
-            order = minibatch_order(n_samples, self.config.minibatch_size, self._generator)
-            layouts.append([(len(indices), self._micro_batches(indices[self.rank :: self.world_size])) for indices in order if len(indices) >= self.world_size])
+            order = minibatch_order(len(samples), self.config.minibatch_size, self._generator)
+            layouts.append([(len(indices), self._micro_batches(indices[self.rank :: self.world_size], samples))
+                            for indices in order if len(indices) >= self.world_size])
         return layouts
 
     def train(
@@ -207,10 +229,10 @@ class PolicyGradientTrainer(ABC):
         began = time.perf_counter()
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-        layouts = self._epoch_layouts(len(samples), epochs)
+        layouts = self._epoch_layouts(samples, epochs)
         first = [micro for _, micros in layouts[0] for micro in micros] if layouts else []
         covered = {i for micro in first for i in micro}
-        others = self._micro_batches([i for i in range(len(samples)) if i not in covered])
+        others = self._micro_batches([i for i in range(len(samples)) if i not in covered], samples)
         on_start_weights = set(layouts[0][0][1]) if layouts and layouts[0] and not has_dropout(self.policy) else set()
         self._set_training(False)
         # the proximal policy PPO clips against; None for the first minibatch's samples, filled by their training pass

@@ -27,8 +27,14 @@ class TrainConfig:
     epochs: int = 2  # passes over one round's batch (PPO reuse)
     minibatch_size: int = 64  # samples per optimizer step, over all processes
     # samples per forward/backward of one process (gradients accumulate up to the minibatch);
-    # None: the whole of this process's share of the minibatch at once
+    # None: as many as micro_batch_tokens allows
     micro_batch_size: int | None = None
+    # padded tokens (rows x the longest row) per forward/backward, whatever micro_batch_size says: what bounds
+    # the activations' memory (verl's dynamic batch size). None: DEFAULT_MICRO_BATCH_TOKENS of the device
+    micro_batch_tokens: int | None = None
+    # the temperature the rollouts were sampled at: log-probs are those of softmax(logits / T), the policy
+    # that sampled them (the servers report the same), so the ratio and gradient are for it
+    rollout_temperature: float = 1.0
     clip_epsilon: float = 0.2  # PPO clip range of the ratio to the round's starting policy
     # trainer/sampler probability ratios outside this band drop the token (objective.py)
     is_bounds: tuple[float, float] = (0.5, 5.0)
@@ -43,6 +49,12 @@ class TrainConfig:
     logprob_chunk: int = 1024  # tokens of a micro-batch whose logits exist at once (logprobs.py)
     lora_rank: int = 0  # > 0: train (and save) a LoRA adapter instead of the full weights
     lora_alpha: int = 16
+
+
+# A forward and backward of SmolLM2-135M in float32 on CPU hold ~1.2 MB of activations a token (measured:
+# 16 x 580 tokens in one micro-batch was OOM-killed at 20 GB): 4k tokens stay near 5 GB. On CUDA, verl's
+# default token budget per GPU.
+DEFAULT_MICRO_BATCH_TOKENS = {"cpu": 4096, "cuda": 16384}
 
 
 def default_learning_rate(config: TrainConfig) -> float:

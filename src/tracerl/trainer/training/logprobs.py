@@ -34,8 +34,10 @@ def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
         model = inner
 
 
-def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     logits = head(hidden).float()
+    if temperature != 1.0:
+        logits = logits / temperature
     normaliser = torch.logsumexp(logits, dim=-1)
     chosen = torch.gather(logits, -1, targets.unsqueeze(-1)).squeeze(-1) - normaliser
     probs = torch.softmax(logits, dim=-1)
@@ -45,13 +47,15 @@ def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.
 
 def token_logprobs(
     model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor, *, chunk: int = DEFAULT_CHUNK, with_entropy: bool = False,
-    from_position: int = 0,
+    from_position: int = 0, temperature: float = 1.0,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """log pi(token_{t+1} | tokens_{<=t}) for every position of a right-padded batch, shape (B, T-1).
 
     With ``with_entropy`` also the entropy of each position's distribution (same shape). Positions
-    before ``from_position`` are not scored: they hold 0.
+    before ``from_position`` are not scored: they hold 0. ``temperature``: the policy is softmax(logits / T), the
+    distribution a sampler at temperature T draws from (0 is greedy decoding, whose policy this is not: T=1 then).
     """
+    temperature = temperature if temperature > 0 else 1.0
     hf = _unwrapped(model)
     decoder, head = hf.get_decoder(), hf.get_output_embeddings()
     hidden = decoder(input_ids=ids, attention_mask=attention).last_hidden_state[:, from_position:-1]
@@ -60,7 +64,7 @@ def token_logprobs(
     chosen, entropy = [], []
     positions = max(1, chunk // hidden.shape[0])
     for start in range(0, hidden.shape[1], positions):
-        args = (hidden[:, start : start + positions], targets[:, start : start + positions], head)
+        args = (hidden[:, start : start + positions], targets[:, start : start + positions], head, temperature)
         lp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False) if recompute else _chunk_logprobs(*args)
         chosen.append(lp)
         entropy.append(ent)

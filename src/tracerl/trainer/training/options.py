@@ -31,6 +31,13 @@ _OPTIONS: dict[str, tuple[str | None, Any, Any]] = {
     "minibatch_size": ("minibatch_size", Optional[int], typer.Option(None, "--minibatch-size", min=1, help="Samples per optimizer step, over all processes.")),
     "micro_batch_size": ("micro_batch_size", Optional[int], typer.Option(
         None, "--micro-batch-size", min=1, help="Samples per forward/backward of one process; gradients accumulate to the minibatch (bounds memory).")),
+    "micro_batch_tokens": ("micro_batch_tokens", Optional[int], typer.Option(
+        None, "--micro-batch-tokens", min=1,
+        help="Padded tokens (rows x longest row) per forward/backward, whatever --micro-batch-size says (default: 4096 on CPU, 16384 on CUDA).")),
+    "rollout_temperature": ("rollout_temperature", Optional[float], typer.Option(
+        None, "--rollout-temperature", min=0.0,
+        help="The temperature the training samples were drawn at (default 1): the trainer's log-probs are the tempered policy's, as sampled "
+             "(the local loop sets it from its --temperature).")),
     "num_threads": ("num_threads", Optional[int], typer.Option(
         None, "--threads", min=1, help="torch threads while training on CPU (default 1: small models lose to thread hand-offs; a 135M model trains ~2x faster on 2).")),
     "clip_epsilon": ("clip_epsilon", Optional[float], typer.Option(None, "--clip", min=0.0, help="PPO clip range of the ratio to the round's starting policy.")),
