@@ -24,7 +24,8 @@ from examples.bfcl import task as bfcl
 from tracerl.orchestration.local.config import LocalConfig
 from tracerl.orchestration.local.recipe import AgentRecipe, SkillCount, Task
 
-HELD_OUT = 40  # simple_python questions whose functions are never trained on
+HELD_OUT = 40  # simple_python questions whose functions are never trained on (a quarter of a smaller --data file);
+# a function's questions all go one way, so the held-out side may hold a few more (the default --eval-tasks leaves room)
 TRANSFER = 16  # multiple questions, held out after them
 EXAMPLES = 2  # worked examples drawn from the training questions (and then never trained on)
 EXAMPLE_MAX_CHARS = 700  # a worked example's functions, as JSON: short ones, so the prompt stays short
@@ -39,7 +40,7 @@ def worked_examples(train: list[bfcl.Task], seed: int) -> list[bfcl.Task]:
 def split(questions: list[bfcl.Task], transfer: list[bfcl.Task], seed: int) -> tuple[list[Task], list[Task]]:
     """Training and held-out task lines, each carrying the worked examples; ``transfer`` questions sharing a
     function with training are dropped, the rest (up to ``TRANSFER``) held out after the split's own."""
-    train, held_out = bfcl.split_by_function(questions, seed, HELD_OUT)
+    train, held_out = bfcl.split_by_function(questions, seed, min(HELD_OUT, len(questions) // 4))
     examples = worked_examples(train, seed)
     train = [t for t in train if t not in examples]
     trained = {name for t in train for name in bfcl.function_names(t)}
@@ -94,6 +95,6 @@ RECIPE = AgentRecipe(
     sends_tools=True,
     held_out_skill=held_out_right_function,
     held_out_primary=held_out_passes,
-    defaults=LocalConfig(out=Path("runs/bfcl"), rounds=3, tasks_per_round=8, group_size=4, eval_tasks=HELD_OUT + TRANSFER,
+    defaults=LocalConfig(out=Path("runs/bfcl"), rounds=3, tasks_per_round=8, group_size=4, eval_tasks=HELD_OUT + 8 + TRANSFER,
                          tool_call_parser="hermes", max_tokens=128, drop_zero_advantage=True, concurrency=32),
 )

@@ -9,9 +9,10 @@ import json
 
 import pytest
 
+from tracerl_testing.installed import require_module
 from examples.bfcl import task as bfcl
 
-pytest.importorskip("bfcl_eval", reason=f"the BFCL data and checker: {bfcl.INSTALL_HINT}")
+require_module("bfcl_eval", bfcl.INSTALL_HINT)
 
 SIMPLE = bfcl.load_category(bfcl.TRAIN_CATEGORY)
 MULTIPLE = bfcl.load_category(bfcl.TRANSFER_CATEGORY)

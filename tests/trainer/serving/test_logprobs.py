@@ -1,7 +1,8 @@
 """Served log-probs equal a teacher-forced forward pass, also when requests are batched together.
 
 The trainer recomputes log-probs of exactly the sampled ids for its importance ratios,
-so the sampler's numbers must be the raw model distribution at those ids.
+so the sampler's numbers must be those of the distribution each token was drawn from:
+softmax(logits / T) at temperature T (top-p shapes only the draw), raw logits when greedy.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ def server(policy_server):
 def reference(server):
     model = AutoModelForCausalLM.from_pretrained(server.app.state.engine.model_path).eval()
 
-    def logprobs(prompt: list[int], completion: list[int]) -> torch.Tensor:
-        """log p(completion[t] | prompt + completion[:t]) from one forward pass of the whole sequence."""
+    def logprobs(prompt: list[int], completion: list[int], temperature: float = 1.0) -> torch.Tensor:
+        """log p_T(completion[t] | prompt + completion[:t]) from one forward pass of the whole sequence."""
         with torch.no_grad():
             logits = model(torch.tensor([prompt + completion])).logits[0].float()
-        steps = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
+        steps = torch.log_softmax(logits[len(prompt) - 1 : -1] / temperature, dim=-1)
         return steps.gather(1, torch.tensor(completion)[:, None])[:, 0], steps
 
     return logprobs
@@ -52,11 +53,27 @@ def _chat(server, i: int, **extra) -> dict:
 
 
 def test_chat_logprobs_match_teacher_forcing(server, reference):
-    reply = _chat(server, 3, n=3, temperature=1.3, top_p=0.9)
+    reply = _chat(server, 3, n=3)
     for choice in reply["choices"]:
         served = torch.tensor([e["logprob"] for e in choice["logprobs"]["content"]])
         expected, _ = reference(reply["prompt_token_ids"], choice["token_ids"])
         torch.testing.assert_close(served, expected, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("temperature", [0.6, 1.3])
+def test_tempered_samples_report_the_tempered_distributions_log_probs_which_the_trainer_computes(server, reference, temperature):
+    from tracerl.trainer.training.config import TrainConfig
+    from tracerl.trainer.training.dataset import Sample
+    from tracerl.trainer.training.torch_backend import PolicyTrainer
+
+    reply = _chat(server, 3, n=3, temperature=temperature, top_p=0.9)
+    trainer = PolicyTrainer(server.app.state.engine.model_path, TrainConfig(rollout_temperature=temperature))
+    for choice in reply["choices"]:
+        served = torch.tensor([e["logprob"] for e in choice["logprobs"]["content"]])
+        expected, _ = reference(reply["prompt_token_ids"], choice["token_ids"], temperature)
+        torch.testing.assert_close(served, expected, atol=ATOL, rtol=0)
+        (trained,) = trainer.action_logprobs([Sample(reply["prompt_token_ids"], choice["token_ids"], 1.0)])
+        torch.testing.assert_close(torch.tensor(trained), expected, atol=ATOL, rtol=0)
 
 
 def test_logprobs_stay_exact_when_many_requests_share_a_batch(server, reference):

@@ -73,6 +73,33 @@ def test_micro_batches_give_the_update_of_one_batch_in_the_torch_backend(tiny_ch
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
+def test_a_token_budget_cuts_micro_batches_by_padded_tokens_and_gives_the_same_update(tiny_checkpoint):
+    """With no --micro-batch-size, a micro-batch holds what fits ``micro_batch_tokens`` (rows x its longest row):
+    long samples go a few at a time, short ones many, one longer than the budget alone; the step is the same."""
+    config = TrainConfig(dtype="fp32", learning_rate=3e-3, epochs=1, minibatch_size=8)
+    short, long = [10, 11, 12, 13], list(range(10, 40))
+    batch = [Sample(prompt_token_ids=p, response_token_ids=[40, 41], advantage=a) for p, a in [(short, 1.0), (long, -1.0), (short, 0.5), (long, -0.5)]] * 2
+    whole = PolicyTrainer(tiny_checkpoint, replace(config, micro_batch_tokens=10_000))
+    budgeted = PolicyTrainer(tiny_checkpoint, replace(config, micro_batch_tokens=64))
+    micros = budgeted._micro_batches(range(len(batch)), batch)
+    assert [len(m) for m in micros] == [2, 2, 2, 2]  # a long row is 32 tokens wide: two rows fill 64
+    assert all(len(m) * max(len(batch[i].prompt_token_ids) + 2 for i in m) <= 64 for m in micros)
+    assert budgeted._micro_batches([0, 2, 4, 6], batch) == [(0, 2, 4, 6)]  # four short rows of 6 tokens: one pass
+    assert PolicyTrainer(tiny_checkpoint, replace(config, micro_batch_tokens=20))._micro_batches([1, 3], batch) == [(1,), (3,)]
+    assert PolicyTrainer(tiny_checkpoint, replace(config, micro_batch_tokens=64, micro_batch_size=1))._micro_batches([0, 2], batch) == [(0,), (2,)]
+    whole.train(batch)
+    budgeted.train(batch)
+    for a, b in zip(budgeted.model.parameters(), whole.model.parameters()):
+        torch.testing.assert_close(a.detach(), b.detach(), atol=5e-5, rtol=1e-4)  # rows padded to other widths
+
+
+def test_the_default_token_budget_is_the_devices(tiny_checkpoint):
+    from tracerl.trainer.training.config import DEFAULT_MICRO_BATCH_TOKENS
+
+    trainer = PolicyTrainer(tiny_checkpoint, TrainConfig(dtype="fp32"))
+    assert trainer.micro_batch_tokens == DEFAULT_MICRO_BATCH_TOKENS[trainer.device.type]
+
+
 def test_checkpoint_round_trip_resumes_the_optimizer(tiny_checkpoint, tmp_path, write_dataset):
     trainer = PolicyTrainer(tiny_checkpoint, TrainConfig(dtype="fp32", epochs=1, minibatch_size=2))
     write_dataset(tmp_path / "ds", [{"prompt_token_ids": [5, 6], "response_token_ids": [7], "response_logprobs": None, "advantage": 1.0}] * 2)
