@@ -10,7 +10,7 @@ from pathlib import Path
 
 from examples.sql import task as sql
 from tracerl.orchestration.local.config import LocalConfig
-from tracerl.orchestration.local.recipe import AgentRecipe, FormatExample, SkillCount, Task, WarmStartStage
+from tracerl.orchestration.local.recipe import AgentRecipe, FormatExample, SkillCount, Task, WarmStartStage, reward_reached
 from tracerl.schemas import attributes as A
 
 
@@ -163,6 +163,8 @@ RECIPE = AgentRecipe(
     format_replay=kept_format,
     tokenizer_corpus=tokenizer_corpus(),
     held_out_skill=held_out_skill,
+    # the claim rests on execution match, never on the partial credit --partial-credit adds
+    held_out_primary=reward_reached("execution_match", "the final query returns the gold's rows"),
     version=3,
     defaults=LocalConfig(
         out=Path("runs/sql"), rounds=16, tasks_per_round=32, group_size=8, eval_tasks=100, agents="writer,rewriter",

@@ -55,14 +55,14 @@ def test_every_declared_field_is_an_option_and_comes_back_into_the_config(tmp_pa
         "--no-air", "--agents", "", "--policy", "writer=a,b", "--policy", "checker=c", "--replay", "--keep-checkpoints", "4", "--max-tokens", "64",
         "--agent-args", "--reflect-on-tool-use --x 'two words'", "--concurrency", "8", "--judge-url", "http://judge", "--judge-model", "j",
         "--judge-rubric", str(rubric), "--shuffle-rewards", "--vllm-dtype", "bf16", "--cuda-graphs", "--gpu-memory-utilization", "0.4",
-        "--max-model-len", "2048",
+        "--max-model-len", "2048", "--drop-zero-advantage",
     ])
     assert cfg == replace(
         DEMO.defaults, out=tmp_path / "run", rounds=3, tasks_per_round=5, group_size=6, temperature=0.7, eval_tasks=7, seed=9, model="some/model", data=tmp_path,
         server="vllm", tool_call_parser="hermes", credit="discounted", gamma=0.5, trajectory=True, air=False, agents="",
         policies={"writer": ("a", "b"), "checker": ("c",)}, replay=True, keep_checkpoints=4, max_tokens=64,
         agent_args=("--reflect-on-tool-use", "--x", "two words"), concurrency=8, judge_url="http://judge", judge_model="j",
-        judge_rubric=rubric, shuffle_rewards=True, vllm=VllmOptions(dtype="bf16", enforce_eager=False, gpu_memory_utilization=0.4, max_model_len=2048),
+        judge_rubric=rubric, shuffle_rewards=True, drop_zero_advantage=True, vllm=VllmOptions(dtype="bf16", enforce_eager=False, gpu_memory_utilization=0.4, max_model_len=2048),
     )
     declared = {f.name for f in fields(LocalConfig) if OPTION in f.metadata} | {f"vllm_{f.name}" for f in fields(VllmOptions)}
     given = {name for name in declared if getattr(cfg, name, None) != getattr(DEMO.defaults, name, None)}

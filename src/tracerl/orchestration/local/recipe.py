@@ -74,6 +74,25 @@ class SkillCount:
     episodes: int
 
 
+def reward_reached(reward_name: str, what: str) -> Callable[[Path], SkillCount]:
+    """A primary held-out measure that is one of the agent's own rewards: the held-out episodes whose reward
+    ``reward_name`` is 1 (the SQL agent's execution match, beside the partial credit it may add)."""
+
+    def count(spans: Path) -> SkillCount:
+        import duckdb
+
+        from tracerl.schemas import attributes as A
+
+        (reached, episodes), = duckdb.sql(f"""
+            SELECT count(DISTINCT episode_id) FILTER (name = '{A.REWARD_SPAN_NAME}' AND reward_name = $name AND reward_value >= 1),
+                   count(DISTINCT episode_id) FILTER (name = '{A.REWARD_SPAN_NAME}')
+            FROM read_parquet('{spans}/**/*.parquet', union_by_name = true) WHERE split = 'test'
+        """, params={"name": reward_name}).fetchall()
+        return SkillCount(what, int(reached), int(episodes))
+
+    return count
+
+
 @dataclass(frozen=True)
 class AgentRecipe:
     name: str  # folder names, the cache key of the starting policy, OTEL_SERVICE_NAME
