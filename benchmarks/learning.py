@@ -39,6 +39,7 @@ RISE = 0.10  # absolute, on the primary held-out measure, mean over seeds
 STDS = 2.0  # the mean rise must be at least this many sample standard deviations of the seeds' rises
 OVER_CONTROL = 2.0  # the rise must be at least this many times the control's
 SKILL_FILE = "held-out-skill.json"  # beside committed rows: {"VARIANT-seedN": [per round {what, shown, episodes}]}
+PRIMARY_FILE = "held-out-primary.json"  # beside committed rows, for a recipe with a primary measure: {"VARIANT-seedN": [per round share]}
 VARIANTS = {"rl": Variant("rl"), "shuffled": Variant("shuffled", changes={"shuffle_rewards": True})}
 
 
@@ -154,8 +155,9 @@ def committed_results(path: Path) -> list[dict]:
     ``VARIANT-seedN-metrics.jsonl`` (the loop's own rows, as ``gpu_loop.sh`` copies them back)."""
     if path.is_file():
         return json.loads(path.read_text())["runs"]
-    skills_file = path / SKILL_FILE
+    skills_file, primary_file = path / SKILL_FILE, path / PRIMARY_FILE
     skills = json.loads(skills_file.read_text()) if skills_file.exists() else {}
+    primary = json.loads(primary_file.read_text()) if primary_file.exists() else {}
     rows = {metrics.name.removesuffix("-metrics.jsonl"): [json.loads(line) for line in metrics.read_text().splitlines()]
             for metrics in sorted(path.glob("*-seed*-metrics.jsonl"))}
     # runs bounded by time (gpu_loop.sh) end at different rounds: compare the rounds every run reached
@@ -164,19 +166,26 @@ def committed_results(path: Path) -> list[dict]:
     for run, kept in rows.items():
         variant, _, seed = run.rpartition("-seed")
         kept = kept[:common]
-        runs.append({"variant": variant, "seed": int(seed), "seconds": round(sum(r["seconds"] for r in kept), 1),
-                     "held_out": [r["eval_mean_reward"] for r in kept], "rows": kept, "held_out_skill": skills.get(run, [])[:common]})
+        reward = [r["eval_mean_reward"] for r in kept]
+        measured = {"held_out": primary[run][:common], "held_out_reward": reward} if run in primary else {"held_out": reward}
+        runs.append({"variant": variant, "seed": int(seed), "seconds": round(sum(r["seconds"] for r in kept), 1), **measured, "rows": kept,
+                     "held_out_skill": skills.get(run, [])[:common]})
     return runs
 
 
 def count_skills(recipe, runs_dir: Path, folder: Path) -> None:
-    """Write ``folder/held-out-skill.json``: the held-out skill per round of each run whose rows
-    ``folder`` holds, counted from the spans of its run folder in ``runs_dir``."""
-    skills = {}
+    """Write ``folder/held-out-skill.json`` (and, for a recipe with a primary measure, ``held-out-primary.json``):
+    per round of each run whose rows ``folder`` holds, counted from the spans of its run folder in ``runs_dir``."""
+    skills, primary = {}, {}
     for metrics in sorted(folder.glob("*-seed*-metrics.jsonl")):
         run = metrics.name.removesuffix("-metrics.jsonl")
-        skills[run] = held_out_skill(recipe, runs_dir / run, len(metrics.read_text().splitlines()))
+        rounds = len(metrics.read_text().splitlines())
+        skills[run] = held_out_skill(recipe, runs_dir / run, rounds)
+        if recipe.held_out_primary is not None:
+            primary[run] = primary_measure(recipe, runs_dir / run, rounds)
     (folder / SKILL_FILE).write_text(json.dumps(skills, indent=1))
+    if primary:
+        (folder / PRIMARY_FILE).write_text(json.dumps(primary, indent=1))
 
 
 def _skill_what(results: list[dict]) -> str:
@@ -184,9 +193,15 @@ def _skill_what(results: list[dict]) -> str:
     return counted or "called a tool"
 
 
-def summary(results: list[dict], variants: list[Variant]) -> str:
+def measure_name(recipe, results: list[dict]) -> str:
+    """What the tables measure: the recipe's primary measure where the runs counted it, else the held-out reward."""
+    primary = recipe.held_out_primary is not None and bool(results) and all("held_out_reward" in r for r in results)
+    return "primary measure (share of episodes, the recipe's held_out_primary)" if primary else "reward"
+
+
+def summary(results: list[dict], variants: list[Variant], measure: str = "reward") -> str:
     """The per-round table, the rise table and the verdict against the bar, as printed."""
-    lines = ["", "held-out reward per round, mean ± std over seeds:", "", per_round_table(results, variants), "",
+    lines = ["", f"held-out {measure} per round, mean ± sample std over seeds:", "", per_round_table(results, variants), "",
              f"| variant | round 0 (no RL) | last round | rise | seeds rising | held-out episodes that {_skill_what(results)}, round 0 -> last | seconds per run (max) |",
              "|---|---|---|---|---|---|---|"]
     rises = {}
@@ -233,7 +248,7 @@ def main() -> None:
             count_skills(load_recipe(args.recipe), args.skill_of, args.committed)
         results = committed_results(args.committed)
         variants = [VARIANTS[name] for name in args.variants if any(r["variant"] == name for r in results)]
-        print(summary(results, variants))
+        print(summary(results, variants, measure_name(load_recipe(args.recipe), results)))
         folder = args.committed if args.committed.is_dir() else args.committed.parent
         plot = folder / (f"{args.committed.stem}.png" if args.committed.is_file() else "learning.png")
         plot_curves(results, variants, plot, f"{load_recipe(args.recipe).title}: held-out reward")
@@ -262,7 +277,7 @@ def main() -> None:
     results_path.parent.mkdir(parents=True, exist_ok=True)
     results_path.write_text(json.dumps(raw, indent=1, default=str))
 
-    print(summary(results, variants))
+    print(summary(results, variants, measure_name(recipe, results)))
     plot_curves(results, variants, out / "learning.png", f"{recipe.title} ({args.setup}): held-out reward")
     print(f"curves: {out / 'learning.png'}   raw rows: {results_path}   total {time.time() - started:.0f} s")
 
