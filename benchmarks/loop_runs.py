@@ -66,7 +66,10 @@ def run_all(
     """Every (variant, seed) run; results in a stable order whatever finishes first. ``setup``: changes every run shares
     (a model, a server), under the variant's own."""
     jobs = [(v, s) for s in seeds for v in variants]  # a seed's variants side by side first: the comparison is early
-    with ProcessPoolExecutor(max_workers=parallel, mp_context=get_context("spawn")) as pool:
+    from tracerl.core.parent_death import stop_with_parent
+
+    # a worker outlives a killed benchmark otherwise, and starts the next run (its vLLM, its agent) on its own
+    with ProcessPoolExecutor(max_workers=parallel, mp_context=get_context("spawn"), initializer=stop_with_parent) as pool:
         futures = [pool.submit(_run_one, reference, v, s, rounds, str(out / f"{v.name}-seed{s}"), setup) for v, s in jobs]
         results = []
         for (v, s), future in zip(jobs, futures):

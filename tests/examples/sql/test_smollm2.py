@@ -27,7 +27,7 @@ OVER_CONTROL = 0.1  # held-out reward, absolute: the RL run's rise over round 0 
 # benchmarks/learning.py --setup smollm2 --set temperature=0.6 tasks_per_round=16 eval_tasks=28 train.minibatch_size=16
 SETUP = ["--server", "vllm", "--backend", "torch", "--agent-args=--partial-credit --max-rewrites 0", "--temperature", "0.6",
          "--tasks-per-round", "16", "--group-size", "4", "--eval-tasks", "28", "--concurrency", "16", "--max-tokens", "40",
-         "--lr", "2e-5", "--minibatch-size", "16", "--micro-batch-size", "4", "--epochs", "1", "--threads", "2",
+         "--lr", "1.2e-5", "--minibatch-size", "16", "--micro-batch-size", "4", "--epochs", "1", "--threads", "2",
          "--seed", "0", "--rounds", str(ROUNDS)]
 
 
