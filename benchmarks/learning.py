@@ -167,7 +167,7 @@ def _skill_what(results: list[dict]) -> str:
 def measure_name(recipe, results: list[dict]) -> str:
     """What the tables measure: the recipe's primary measure where the runs counted it, else the held-out reward."""
     primary = recipe.held_out_primary is not None and bool(results) and all("held_out_reward" in r for r in results)
-    return "primary measure (share of episodes, the recipe's held_out_primary)" if primary else "reward"
+    return "primary measure (share of held-out episodes, the recipe's held_out_primary)" if primary else "reward"
 
 
 def summary(results: list[dict], variants: list[Variant], measure: str = "reward") -> str:
@@ -222,7 +222,8 @@ def main() -> None:
         print(summary(results, variants, measure_name(load_recipe(args.recipe), results)))
         folder = args.committed if args.committed.is_dir() else args.committed.parent
         plot = folder / (f"{args.committed.stem}.png" if args.committed.is_file() else "learning.png")
-        plot_curves(results, variants, plot, f"{load_recipe(args.recipe).title}: held-out reward")
+        measure = measure_name(load_recipe(args.recipe), results)
+        plot_curves(results, variants, plot, f"{load_recipe(args.recipe).title}: held-out {measure}", f"held-out {measure.split(' (')[0]} (greedy)")
         print(f"curves: {plot}")
         return
 
@@ -249,7 +250,8 @@ def main() -> None:
     results_path.write_text(json.dumps(raw, indent=1, default=str))
 
     print(summary(results, variants, measure_name(recipe, results)))
-    plot_curves(results, variants, out / "learning.png", f"{recipe.title} ({args.setup}): held-out reward")
+    measure = measure_name(recipe, results)
+    plot_curves(results, variants, out / "learning.png", f"{recipe.title} ({args.setup}): held-out {measure}", f"held-out {measure.split(' (')[0]} (greedy)")
     print(f"curves: {out / 'learning.png'}   raw rows: {results_path}   total {time.time() - started:.0f} s")
 
 

@@ -132,9 +132,9 @@ def per_round_table(results: list[dict], variants: list[Variant]) -> str:
     return "\n".join(lines)
 
 
-def plot_curves(results: list[dict], variants: list[Variant], path: Path, title: str) -> None:
+def plot_curves(results: list[dict], variants: list[Variant], path: Path, title: str, measure: str = "held-out reward (greedy)") -> None:
     """Held-out reward per round, mean over seeds with a band from the lowest to the highest seed."""
-    with reward_axes(path, title, "held-out reward (greedy)", width=7) as ax:
+    with reward_axes(path, title, measure, width=7) as ax:
         for v in variants:
             runs = [r["held_out"] for r in results if r["variant"] == v.name]
             rounds = range(len(runs[0]))
