@@ -215,15 +215,16 @@ def main() -> None:
                         help="with --from FOLDER: the runs' own folders (VARIANT-seedN/); count each round's held-out skill from their spans into FOLDER/" + SKILL_FILE)
     args = parser.parse_args()
     if args.committed:
+        recipe = load_recipe(args.recipe)
         if args.skill_of:
-            count_skills(load_recipe(args.recipe), args.skill_of, args.committed)
+            count_skills(recipe, args.skill_of, args.committed)
         results = committed_results(args.committed)
         variants = [VARIANTS[name] for name in args.variants if any(r["variant"] == name for r in results)]
-        print(summary(results, variants, measure_name(load_recipe(args.recipe), results)))
+        measure = measure_name(recipe, results)
+        print(summary(results, variants, measure))
         folder = args.committed if args.committed.is_dir() else args.committed.parent
         plot = folder / (f"{args.committed.stem}.png" if args.committed.is_file() else "learning.png")
-        measure = measure_name(load_recipe(args.recipe), results)
-        plot_curves(results, variants, plot, f"{load_recipe(args.recipe).title}: held-out {measure}", f"held-out {measure.split(' (')[0]} (greedy)")
+        plot_curves(results, variants, plot, f"{recipe.title}: held-out {measure}", f"held-out {measure.split(' (')[0]} (greedy)")
         print(f"curves: {plot}")
         return
 

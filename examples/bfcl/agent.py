@@ -23,12 +23,13 @@ import asyncio
 import json
 import os
 import sys
+from dataclasses import replace
 
 from openai import AsyncOpenAI
 from opentelemetry import trace
 
 import tracerl
-from examples.bfcl.task import Task, Verdict, openai_tools, tool_name, verdict
+from examples.bfcl.task import Task, Verdict, function_names, openai_tools, tool_name, verdict
 from tracerl.orchestration.local.recipe import POLICY_MODEL_NAME
 from tracerl.schemas import environment as E
 
@@ -62,9 +63,9 @@ def offered_tools(task: Task, examples: list[dict]) -> list[dict]:
     the examples' functions listed; at temperature 0.6, 5 then 12 of 96 training samples).
     The examples' functions are never the answer, so they are distractors for the checker.
     """
-    seen = {f["name"] for f in task.functions}
+    seen = function_names(task)
     extra = [f for example in examples for f in example["functions"] if f["name"] not in seen]
-    return openai_tools(Task(task.task_id, task.split, task.category, task.question, [*task.functions, *extra]))
+    return openai_tools(replace(task, functions=[*task.functions, *extra]))
 
 
 def reward(got: Verdict, partial_credit: bool) -> float:

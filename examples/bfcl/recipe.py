@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from examples.bfcl import task as bfcl
@@ -45,7 +46,7 @@ def split(questions: list[bfcl.Task], transfer: list[bfcl.Task], seed: int) -> t
     train = [t for t in train if t not in examples]
     trained = {name for t in train for name in bfcl.function_names(t)}
     unseen = [t for t in transfer if not bfcl.function_names(t) & trained]
-    held_out += [bfcl.Task(**{**t.to_json(), "split": "test"}) for t in random.Random(seed).sample(unseen, min(TRANSFER, len(unseen)))]
+    held_out += [replace(t, split="test") for t in random.Random(seed).sample(unseen, min(TRANSFER, len(unseen)))]
     shown = [{"question": t.question, "functions": t.functions, "calls": bfcl.reference_calls(t)} for t in examples]
     return [{**t.to_json(), "examples": shown} for t in train], [{**t.to_json(), "examples": shown} for t in held_out]
 

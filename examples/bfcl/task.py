@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -77,9 +77,10 @@ def _json_lines(path: Path) -> list[dict]:
 
 def _task(row: dict, answer: list | None, category: str, where: str) -> Task:
     missing = [key for key in ("id", "question", "function") if key not in row]
-    if answer is None:
-        missing += [] if "ground_truth" in row else ["ground_truth"]
+    if answer is None:  # a user's file carries the accepted answers on each line
         answer = row.get("ground_truth")
+        if "ground_truth" not in row:
+            missing.append("ground_truth")
     if missing:
         raise BfclDataError(f"{where}: missing {', '.join(missing)} (BFCL's format: id, question, function, ground_truth)")
     question, functions = row["question"], row["function"]
@@ -131,11 +132,7 @@ def split_by_function(tasks: list[Task], seed: int, held_out: int) -> tuple[list
         chosen.add(name)
         test = [t for t in tasks if function_names(t) & chosen]
     train = [t for t in tasks if not function_names(t) & chosen]
-    return [_with_split(t, "train") for t in train], [_with_split(t, "test") for t in test]
-
-
-def _with_split(task: Task, split: str) -> Task:
-    return Task(**{**asdict(task), "split": split})
+    return [replace(t, split="train") for t in train], [replace(t, split="test") for t in test]
 
 
 def tool_name(name: str) -> str:

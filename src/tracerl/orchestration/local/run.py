@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
+from itertools import groupby
 from pathlib import Path
 
 import duckdb
@@ -180,11 +181,11 @@ def shuffle_within_groups(built: Path, data_dir: Path, rng: random.Random) -> in
     """).fetchall()
     episodes: list[str] = []
     permuted: list[float] = []
-    for group in sorted({task_group for task_group, _, _ in rows}):
-        members = [(episode, value) for task_group, episode, value in rows if task_group == group]
-        values = [value for _, value in members]
+    for _, members in groupby(rows, key=lambda row: row[0]):  # rows come ordered by group
+        _, group_episodes, values = zip(*members)
+        values = list(values)
         rng.shuffle(values)
-        episodes += [episode for episode, _ in members]
+        episodes += group_episodes
         permuted += values
     table = pa.table({"episode_id": pa.array(episodes, pa.string()), "name": pa.array([SHUFFLED_REWARD] * len(episodes), pa.string()),
                       "value": pa.array(permuted, pa.float64())})
