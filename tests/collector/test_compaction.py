@@ -172,6 +172,101 @@ def test_an_unreadable_file_is_left_alone_and_named_while_the_rest_is_compacted(
     assert broken.exists()
 
 
+def test_a_writers_files_are_data_whatever_their_name(data_dir):
+    """Only what a pending marker names is compaction's to delete: `compact-east-*` files (written by a
+    collector of an older version, which took any instance id) are merged like any other, never cleaned."""
+    table = generate(60, seed=11)
+    root = str(data_dir / "spans")
+    small_files(root, table.slice(0, 300), OLD[0], per_file=30, prefix="compact-east")
+    small_files(root, table.slice(300), NOW_PARTITION, per_file=30, prefix="compact-east")  # the open hour
+
+    result = CliRunner().invoke(app, ["collector", "compact", str(data_dir), "--settle", "0", "--grace", "0"])
+
+    assert result.exit_code == 0, result.output
+    assert "cleaned 0 left by killed passes" in result.output
+    assert read_ids(str(data_dir)) == sorted(table.column("span_id").to_pylist())
+    assert len(data_files(data_dir / "spans" / OLD[0])) == 1
+    assert len(data_files(data_dir / "spans" / NOW_PARTITION)) == 10  # the open hour is not touched
+
+
+@pytest.mark.parametrize("instance_id", ["compact-east", "_meta", ".hidden", "a/b"])
+def test_serve_refuses_an_instance_id_that_readers_or_compaction_reserve(data_dir, instance_id):
+    served = subprocess.run(
+        [sys.executable, "-m", "tracerl", "collector", "serve", "--out", str(data_dir), "--http-port", "0",
+         "--grpc-port", "-1", "--instance-id", instance_id], capture_output=True, text=True, timeout=60)
+    assert served.returncode == 2
+    assert f"instance id / file prefix {instance_id!r} is not allowed" in served.stderr
+    assert not (data_dir / "spans").exists()
+
+
+def test_hidden_files_are_neither_read_nor_merged(data_dir):
+    table = generate(20, seed=12)
+    root = str(data_dir / "spans")
+    small_files(root, table, OLD[0], per_file=20)
+    folder = data_dir / "spans" / OLD[0]
+    first = data_files(folder)[0]
+    backup = folder / f".backup-of-{first.name}"
+    shutil.copy(first, backup)
+    trash = data_dir / "spans" / ".trash" / OLD[1]
+    trash.mkdir(parents=True)
+    shutil.copy(first, trash / first.name)
+    shutil.copy(first, trash / f"{first.name}-copy.parquet")
+
+    compact(str(data_dir), SETTLED, now=NOW)
+
+    assert read_ids(str(data_dir)) == sorted(table.column("span_id").to_pylist())
+    assert backup.exists() and len(list(trash.iterdir())) == 2  # not data, and not compaction's
+
+
+def _corrupt_data_pages(path: Path) -> None:
+    """Overwrite bytes between the magic and the footer: the schema still reads, the rows do not."""
+    data = bytearray(path.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little") + 8
+    for i in range(4, len(data) - footer):
+        data[i] = 0xA5
+    path.write_bytes(bytes(data))
+
+
+def test_files_that_cannot_join_are_named_one_by_one_and_the_pass_goes_on(data_dir):
+    """A non-span Parquet file, one with corrupt data pages, one whose column type conflicts: each is
+    left where it is and named (only it: not the files that agree); every file that fits is merged,
+    in its partition and in every later one."""
+    table = generate(40, seed=13)
+    root = str(data_dir / "spans")
+    small_files(root, table.slice(0, 200), OLD[0], per_file=20)
+    small_files(root, table.slice(200), OLD[1], per_file=20)
+    folder = data_dir / "spans" / OLD[0]
+    pq.write_table(pa.table({"answer": [42]}), folder / "notes.parquet")
+    corrupt = folder / "spans-corrupt.parquet"
+    pq.write_table(generate(2, seed=14), corrupt)
+    _corrupt_data_pages(corrupt)
+    odd = generate(2, seed=15)
+    odd = odd.set_column(odd.schema.get_field_index("name"), "name", pa.array(range(odd.num_rows), pa.int64()))
+    pq.write_table(odd, folder / "spans-odd.parquet")
+
+    results = {r.partition: r for r in compact(str(data_dir), SETTLED, now=NOW)}
+
+    first, second = results[OLD[0]], results[OLD[1]]
+    assert first.failed is None and second.failed is None
+    named = sorted(reason.split(":")[0] for reason in first.left_alone)
+    assert named == ["notes.parquet", "spans-corrupt.parquet", "spans-odd.parquet"], first.left_alone
+    assert (first.files_in, first.files_out, second.files_in, second.files_out) == (10, 1, 10, 1)
+    assert all((folder / name).exists() for name in named)
+    assert "lacks column(s)" in next(r for r in first.left_alone if r.startswith("notes"))
+    assert "its rows cannot be read" in next(r for r in first.left_alone if r.startswith("spans-corrupt"))
+    assert "name" in next(r for r in first.left_alone if r.startswith("spans-odd"))
+    merged = [pq.read_table(path, columns=["span_id"]) for path in folder.glob("compact-*.parquet")]
+    assert sorted(pa.concat_tables(merged).column("span_id").to_pylist()) == sorted(table.slice(0, 200).column("span_id").to_pylist())
+
+
+def test_the_command_refuses_a_folder_that_is_not_a_data_dir(spans_in_hours, tmp_path):
+    data, _ = spans_in_hours
+    missing = CliRunner().invoke(app, ["collector", "compact", str(tmp_path / "nowhere")])
+    assert missing.exit_code == 2 and "no such folder" in missing.output
+    table = CliRunner().invoke(app, ["collector", "compact", str(data / "spans")])
+    assert table.exit_code == 2 and f"is a table folder; pass the data dir above it ({data})" in table.output
+
+
 def test_a_second_compactor_on_the_same_folder_is_refused(spans_in_hours):
     data, _ = spans_in_hours
     import fcntl
@@ -269,7 +364,7 @@ def test_compaction_on_object_storage(s3, tmp_path):
     [result] = compact(store, CompactionSettings(target_bytes=64 << 20, settle_s=900, grace_s=300), now=NOW)
     assert (result.files_in, result.files_out, result.inputs_deleted) == (20, 1, 0)
     assert read_ids(store) == ids
-    [later] = compact(store, CompactionSettings(target_bytes=64 << 20, settle_s=900, grace_s=300), now=NOW + 301)
+    [later] = compact(store, CompactionSettings(target_bytes=64 << 20, settle_s=900, grace_s=300), now=NOW + 360)
     assert later.inputs_deleted == 20
     assert read_ids(store) == ids
     build_dataset(store, tmp_path / "after")
@@ -282,6 +377,9 @@ def test_the_command_compacts_and_says_what_it_did(spans_in_hours):
     assert result.exit_code == 0, result.output
     # the current hour is not over: it is left for a later pass
     assert "compacted 40 files into 2 (400 rows); deleted 40 replaced files" in result.output
+    # and names them, partition by partition, for an operator to check
+    merged = [line for line in result.output.splitlines() if "merged 20 files (200 rows) into compact-" in line]
+    assert len(merged) == 2 and all(line.count("spans-") == 20 + 20 for line in merged)  # merged, then deleted (grace 0)
     assert read_ids(str(data)) == ids
 
 

@@ -146,6 +146,10 @@ def test_corrupt_token_attribute_rejects_only_that_span(start_collector, data_di
         (b"not gzip", {"content-type": "application/x-protobuf", "content-encoding": "gzip"}, 400, "not valid gzip"),
         (gzip.compress(b"\0" * 1000, mtime=0)[:-8], {"content-type": "application/x-protobuf", "content-encoding": "gzip"}, 400, "truncated"),
         (b"x", {"content-type": "application/x-protobuf", "content-encoding": "br"}, 415, "not supported"),
+        (gzip.compress(b"", mtime=0) + b"trailing", {"content-type": "application/x-protobuf", "content-encoding": "gzip"},
+         400, "8 bytes after the end of the gzip stream"),
+        (b'{"resourceSpans": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", {"content-type": "application/json"},
+         400, "nested too deep"),
     ],
 )
 def test_bad_requests_get_a_status_saying_what_is_wrong(start_collector, content, headers, status, says):
@@ -159,6 +163,19 @@ def test_bad_requests_get_a_status_saying_what_is_wrong(start_collector, content
     assert says in message
     # and the server keeps working
     assert OTLPSpanExporter(endpoint=f"{server.http_url()}/v1/traces").export(make_spans(2)) is SpanExportResult.SUCCESS
+
+
+def test_a_gzip_body_of_several_members_is_read_whole(start_collector, data_dir):
+    """`cat a.gz b.gz` is one valid gzip stream (RFC 1952): every member's spans are stored, as `gzip -d` reads them."""
+    server = start_collector()
+    spans = make_spans(30, seed=3)
+    [body] = encode_batches(spans)
+    members = gzip.compress(body[:100]) + gzip.compress(body[100:])  # split mid-message: only the whole parses
+    reply = httpx.post(f"{server.http_url()}/v1/traces", content=members,
+                       headers={**PROTOBUF, "content-encoding": "gzip"})
+    assert reply.status_code == 200
+    server.collector.flush()
+    assert read_table(data_dir).num_rows == 30
 
 
 def test_oversize_bodies_get_413_even_when_compressed(start_collector):

@@ -49,17 +49,21 @@ def serve(
     from tracerl.collector.workers import serve_workers
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config = CollectorConfig(
-        out=out,
-        wal_dir=wal_dir,
-        instance_id=instance_id,
-        flush_bytes=flush_mb * MiB,
-        flush_interval_s=flush_interval,
-        max_backlog_bytes=max_backlog_mb * MiB,
-        max_inflight_bytes=max_inflight_mb * MiB,
-        max_body_bytes=max_body_mb * MiB,
-        auth_token=auth_token,
-    )
+    try:
+        config = CollectorConfig(
+            out=out,
+            wal_dir=wal_dir,
+            instance_id=instance_id,
+            flush_bytes=flush_mb * MiB,
+            flush_interval_s=flush_interval,
+            max_backlog_bytes=max_backlog_mb * MiB,
+            max_inflight_bytes=max_inflight_mb * MiB,
+            max_body_bytes=max_body_mb * MiB,
+            auth_token=auth_token,
+        )
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
     endpoints = Endpoints(host, http_port, None if grpc_port < 0 else grpc_port, tls_cert, tls_key)
     scheme = "https" if tls_cert else "http"
 
@@ -95,24 +99,28 @@ def compact(
     from rich.progress import Progress
 
     settings = CompactionSettings(target_bytes=target_mb * MiB, settle_s=settle, grace_s=grace)
-    totals = {"files_in": 0, "files_out": 0, "rows": 0, "inputs_deleted": 0, "cleaned": 0}
+    results: list[PartitionResult] = []
     with Progress(transient=True) as progress:
         task = progress.add_task("compacting", total=None)
 
         def show(result: PartitionResult) -> None:
-            for key in totals:
-                totals[key] += getattr(result, key)
+            results.append(result)
             progress.update(task, description=f"{result.table}/{result.partition}", advance=1)
-            for reason in result.left_alone:
-                typer.echo(f"left alone: {result.table}/{result.partition}/{reason}", err=True)
+            progress.console.print(result.describe(), markup=False, highlight=False, soft_wrap=True)
 
         try:
             compact_pass(out, settings, tables=tuple(table), on_partition=show)
         except (CompactionBusy, OSError, RuntimeError, ValueError) as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc
-    typer.echo(f"compacted {totals['files_in']} files into {totals['files_out']} ({totals['rows']} rows); "
-               f"deleted {totals['inputs_deleted']} replaced files, cleaned {totals['cleaned']} left by killed passes")
+    failed = [r for r in results if r.failed]
+    left_alone = sum(len(r.left_alone) for r in results)
+    typer.echo(f"compacted {sum(r.files_in for r in results)} files into {sum(r.files_out for r in results)} "
+               f"({sum(r.rows for r in results)} rows); deleted {sum(r.inputs_deleted for r in results)} replaced files, "
+               f"cleaned {sum(len(r.cleaned) for r in results)} left by killed passes, left {left_alone} alone"
+               + (f"; {len(failed)} partitions FAILED (named above): fix what they name and run again" if failed else ""))
+    if failed:
+        raise typer.Exit(1)
 
 
 def main() -> None:

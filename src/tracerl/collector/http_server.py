@@ -144,17 +144,31 @@ _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
 def _inflate(body: bytes, limit: int, encoding: str) -> bytes:
-    """Decompress with a ceiling, so a small zip bomb cannot exhaust memory."""
-    inflater = zlib.decompressobj(wbits=_WBITS[encoding])
-    try:
-        data = inflater.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise HttpError(400, f"body is not valid {encoding}: {exc}") from exc
-    if len(data) > limit or inflater.unconsumed_tail:
-        raise HttpError(413, f"decompressed body exceeds the limit of {limit} bytes")
-    if not inflater.eof:
-        raise HttpError(400, f"{encoding} body is truncated")
-    return data
+    """Decompress with a ceiling, so a small zip bomb cannot exhaust memory.
+
+    A gzip body may hold several members one after another (RFC 1952; ``cat a.gz b.gz``, and
+    what some clients send in chunks): all are read, as ``gzip -d`` reads them. Bytes after the
+    last member that are not another member are refused, not silently dropped."""
+    data = b""
+    rest = body
+    while True:
+        inflater = zlib.decompressobj(wbits=_WBITS[encoding])
+        try:
+            data += inflater.decompress(rest, limit + 1 - len(data))
+        except zlib.error as exc:
+            raise HttpError(400, f"body is not valid {encoding}: {exc}") from exc
+        if len(data) > limit or inflater.unconsumed_tail:
+            raise HttpError(413, f"decompressed body exceeds the limit of {limit} bytes")
+        if not inflater.eof:
+            raise HttpError(400, f"{encoding} body is truncated")
+        rest = inflater.unused_data
+        if not rest:
+            return data
+        if encoding != "gzip" or not rest.startswith(_GZIP_MAGIC):
+            raise HttpError(400, f"{len(rest)} bytes after the end of the {encoding} stream are not another {encoding} member")
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def _rejected(response: Message) -> int:

@@ -286,6 +286,8 @@ def parse_json(body: bytes, message_type: type[Message]) -> Message:
         document = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadPayload(f"body is not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise BadPayload("body is not valid OTLP/JSON: nested too deep") from None
     if not isinstance(document, dict):
         raise BadPayload(f"body must be a JSON object, got {type(document).__name__}")
     try:
@@ -293,6 +295,8 @@ def parse_json(body: bytes, message_type: type[Message]) -> Message:
         return json_format.ParseDict(document, message_type(), ignore_unknown_fields=True)
     except json_format.ParseError as exc:
         raise BadPayload(f"body is not a valid OTLP/JSON {message_type.__name__}: {exc}") from exc
+    except RecursionError:
+        raise BadPayload(f"body is not a valid OTLP/JSON {message_type.__name__}: nested too deep") from None
 
 
 def _children(node: dict, names: tuple[str, ...], where: str) -> list[tuple[str, dict]]:

@@ -33,6 +33,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from tracerl.collector import otlp, wal
 from tracerl.collector.columns import CONVERTER, trace_table
 from tracerl.collector.sink import DurableTable, Overloaded, TableKind
+from tracerl.core.compaction_log import check_writer_prefix
 from tracerl.schemas.logs import logs_table
 from tracerl.schemas.spans import SPANS_DICTIONARY_COLUMNS, spans_table
 
@@ -85,6 +86,10 @@ class CollectorConfig:
     max_body_bytes: int = 64 * MiB  # one request, after decompression -> 413 above this
     body_timeout_s: float = 30.0  # a client slower than this gets 408 and frees its memory
     auth_token: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.instance_id is not None:  # refused at start, before a single span is acknowledged
+            check_writer_prefix(self.instance_id)
 
     def resolved_wal_dir(self) -> Path:
         if self.wal_dir is not None:

@@ -5,8 +5,11 @@ few large ones. No filesystem, and no object store, swaps many files for others 
 the swap is a protocol that every reader of this project follows (the pipeline's one listing,
 :meth:`tracerl.pipeline.location.Location.files`, and the collector's WAL replay):
 
-1. The new files are written under names that say which compaction wrote them,
-   ``compact-<id>-....parquet``. Until step 2 a reader ignores them.
+1. The marker ``_compaction-<id>.pending`` is written, then the new files under names that say
+   which compaction wrote them, ``compact-<id>-....parquet``. Until step 2 a reader ignores them;
+   a pass killed before step 2 leaves them to the next pass, which deletes exactly the files its
+   pending marker names by id, and nothing else (a writer's file is never taken for one of them:
+   writers may not start names with ``compact-``, ``_`` or ``.``, :func:`check_writer_prefix`).
 2. The record ``_compaction-<id>.json`` (the inputs it replaces, the outputs it wrote, their
    rows) is written in one put: the commit. From then on a reader sees the outputs and no longer
    the inputs. A reader therefore sees the old files or the new ones, never both, never neither.
@@ -16,6 +19,10 @@ the swap is a protocol that every reader of this project follows (the pipeline's
 
 Records stay: they are small (one per partition and pass) and the collector's WAL replay asks
 them whether a segment it is about to write again was written, and compacted, already.
+
+Names starting with ``.`` (in the file or a folder above it) are never data: files still being
+written (``tracerl.core.storage`` writes under a dot-name, then renames) and tool metadata such as
+a ``.backup-of-X.parquet`` copy.
 
 A plain glob (``read_parquet('spans/**/*.parquet')``) does not know the protocol: between the
 commit and the deletion of the inputs it would read both. Read with the pipeline, or after the
@@ -36,9 +43,11 @@ import pyarrow.fs as pafs
 RECORD_PREFIX = "_compaction-"
 RECORD_SUFFIX = ".json"
 DONE_SUFFIX = ".done"
+PENDING_SUFFIX = ".pending"
 OUTPUT_PREFIX = "compact-"
 _OUTPUT = re.compile(r"^compact-([0-9a-f]{16})-")
-_RECORD = re.compile(r"^_compaction-([0-9a-f]{16})\.(json|done)$")
+_RECORD = re.compile(r"^_compaction-([0-9a-f]{16})\.(json|done|pending)$")
+_RESERVED = (OUTPUT_PREFIX, "_", ".")
 
 
 @dataclass
@@ -69,6 +78,27 @@ def done_name(compaction_id: str) -> str:
     return f"{RECORD_PREFIX}{compaction_id}{DONE_SUFFIX}"
 
 
+def pending_name(compaction_id: str) -> str:
+    return f"{RECORD_PREFIX}{compaction_id}{PENDING_SUFFIX}"
+
+
+def check_writer_prefix(prefix: str) -> str:
+    """``prefix`` if a writer may start its file names with it, else ValueError saying why.
+
+    Names starting with ``compact-`` are compaction's outputs, which readers ignore until a record
+    commits them; ``_`` and ``.`` names are records and hidden files. A writer using them would see
+    its acknowledged data ignored or taken for someone else's."""
+    if not prefix or "/" in prefix or prefix.startswith(_RESERVED):
+        raise ValueError(f"instance id / file prefix {prefix!r} is not allowed: it must be non-empty, without '/', "
+                         f"and not start with {', '.join(repr(r) for r in _RESERVED)} (names compaction and readers reserve)")
+    return prefix
+
+
+def is_hidden(relative: str) -> bool:
+    """Is a path (relative to a table folder) hidden from readers: a part of it starts with ``.``?"""
+    return any(part.startswith(".") for part in relative.split("/"))
+
+
 def output_id(name: str) -> str | None:
     """The compaction that wrote file ``name`` (a base name), or None for a file a writer made."""
     match = _OUTPUT.match(name)
@@ -76,7 +106,7 @@ def output_id(name: str) -> str | None:
 
 
 def record_id(name: str) -> tuple[str, str] | None:
-    """``(id, "json" | "done")`` for a record or marker base name, else None."""
+    """``(id, "json" | "done" | "pending")`` for a record or marker base name, else None."""
     match = _RECORD.match(name)
     return (match.group(1), match.group(2)) if match else None
 
@@ -92,6 +122,7 @@ class PartitionState:
     parquet: list[str] = field(default_factory=list)  # base names
     committed: set[str] = field(default_factory=set)  # ids with a record
     done: set[str] = field(default_factory=set)  # ids whose inputs are deleted
+    pending: set[str] = field(default_factory=set)  # ids of passes that started writing outputs
 
     def replaced(self, read_record: Callable[[str], CompactionRecord]) -> set[str]:
         """Inputs of committed compactions whose inputs may still be there (their records are read)."""
@@ -108,14 +139,15 @@ class PartitionState:
 
 
 def partitions(paths: Iterable[str], suffix: str = ".parquet") -> dict[str, PartitionState]:
-    """Group one listing's file paths (``*{suffix}`` data files and records) by folder."""
+    """Group one listing's file paths (``*{suffix}`` data files and records) by folder; hidden names are no data."""
     found: dict[str, PartitionState] = defaultdict(PartitionState)
     for path in paths:
         folder, name = dirname(path), basename(path)
         if (parsed := record_id(name)) is not None:
             compaction_id, kind = parsed
-            (found[folder].committed if kind == "json" else found[folder].done).add(compaction_id)
-        elif name.endswith(suffix):
+            state = found[folder]
+            {"json": state.committed, "done": state.done, "pending": state.pending}[kind].add(compaction_id)
+        elif name.endswith(suffix) and not name.startswith("."):
             found[folder].parquet.append(name)
     return found
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from tracerl.core.compaction_log import is_record, visible_files
+from tracerl.core.compaction_log import is_hidden, is_record, visible_files
 from tracerl.core.storage import resolve
 
 
@@ -71,7 +71,7 @@ class Location:
         for info in self.fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
             relative = info.path[len(root):].lstrip("/")
             if info.type == pafs.FileType.File and (relative.endswith(suffix) or is_record(relative)):
-                if not any(part.startswith(".") for part in relative.split("/")):
+                if not is_hidden(relative):
                     listed.append(info.path)
         return [self.name(path) for path in visible_files(listed, self.fs, suffix)]
 
