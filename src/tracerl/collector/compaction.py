@@ -63,12 +63,15 @@ from tracerl.core.compaction_log import (
     read_record,
     record_name,
 )
+from tracerl.schemas.logs import LOGS_SCHEMA
+from tracerl.schemas.spans import SPANS_SCHEMA
 from tracerl.core.storage import AtomicParquetFile, fsync_dir, fsync_file, resolve
 
 log = logging.getLogger("tracerl.collector.compaction")
 
 MiB = 1 << 20
-TABLES = ("spans", "logs")
+TABLE_SCHEMAS = {"spans": SPANS_SCHEMA, "logs": LOGS_SCHEMA}
+TABLES = tuple(TABLE_SCHEMAS)
 _HOUR = re.compile(r"(?:^|/)date=(\d{4})-(\d{2})-(\d{2})/hour=(\d{2})$")
 _ROW_GROUP_BYTES = 64 * MiB  # Arrow bytes buffered before a row group is written
 
@@ -242,6 +245,7 @@ class _Partition:
                  settings: CompactionSettings, result: PartitionResult, clock: Callable[[], float]) -> None:
         self.fs, self.folder, self.state, self.sizes, self.settings, self.result = fs, folder, state, sizes, settings, result
         self.clock = clock
+        self.table_schema = TABLE_SCHEMAS.get(result.table)
         self._records: dict[str, CompactionRecord] = {}
 
     def run(self) -> None:
@@ -324,28 +328,26 @@ class _Partition:
     def _common_schema(self, files: list[tuple[str, pa.Schema]]) -> tuple[pa.Schema | None, list[str]]:
         """The schema the partition's files merge into, and the files that fit it.
 
-        The most common schema comes first, so a file that conflicts is the one named, not the
-        many that agree. A file that lacks a column the others declare non-nullable (a Parquet
-        file of another table, or no span table at all) cannot be filled with nulls: left alone."""
+        The table's own schema (spans, logs) comes first, then the most common schemas, so a file
+        that conflicts is the one named, not the many that agree. A file that lacks a column the
+        table declares non-nullable (a Parquet file of another table) cannot be filled with nulls:
+        left alone."""
+        merged = self.table_schema
+        required = [f.name for f in merged if not f.nullable] if merged is not None else []
         counts = Counter(schema for _, schema in files)
-        merged: pa.Schema | None = None
         fits = []
         for name, schema in sorted(files, key=lambda item: (-counts[item[1]], item[0])):
+            if missing := [column for column in required if column not in schema.names]:
+                self.result.left_alone.append(f"{name}: lacks column(s) {', '.join(missing)} of the {self.result.table} "
+                                              f"table (a file of another table?)")
+                continue
             try:
-                candidate = schema if merged is None else pa.unify_schemas([merged, schema], promote_options="permissive")
+                merged = schema if merged is None else pa.unify_schemas([merged, schema], promote_options="permissive")
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
                 self.result.left_alone.append(f"{name}: its schema does not merge with the partition's ({exc})")
                 continue
-            required = [f.name for f in candidate if not f.nullable]
-            missing = [column for column in required if column not in schema.names]
-            lacking = [n for n, s in fits if any(column not in s.names for column in required)]
-            if missing or lacking:
-                self.result.left_alone.append(f"{name}: lacks column(s) {', '.join(missing or required)} that the "
-                                              f"partition's other files require (a file of another table?)")
-                continue
-            merged = candidate
-            fits.append((name, schema))
-        return merged, [name for name, _ in fits]
+            fits.append(name)
+        return merged, fits
 
     def _compact(self, names: list[str], schema: pa.Schema) -> None:
         compaction_id = uuid.uuid4().hex[:16]
