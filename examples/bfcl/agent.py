@@ -30,7 +30,7 @@ from opentelemetry import trace
 
 import tracerl
 from examples.bfcl.task import Task, Verdict, function_names, openai_tools, tool_name, verdict
-from tracerl.orchestration.local.recipe import POLICY_MODEL_NAME
+from tracerl.instrumentation.agent_env import POLICY_MODEL_NAME
 from tracerl.schemas import environment as E
 
 # a call of a few arguments is 30-80 tokens; a model that repeats a name until the limit is cut off here

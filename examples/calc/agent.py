@@ -32,7 +32,7 @@ from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 import tracerl
 from examples.calc.task import EXAMPLES, SYSTEM_PROMPT, Task, calculator, reward, user_message
-from tracerl.orchestration.local.recipe import POLICY_MODEL_NAME
+from tracerl.instrumentation.agent_env import POLICY_MODEL_NAME
 from tracerl.schemas import environment as E
 
 AGENT_NAME = "calculator_agent"

@@ -31,7 +31,7 @@ from openai import AsyncOpenAI
 
 import tracerl
 from examples.rag import task as rag
-from tracerl.orchestration.local.recipe import POLICY_MODEL_NAME
+from tracerl.instrumentation.agent_env import POLICY_MODEL_NAME
 from tracerl.schemas import environment as E
 
 AGENT_NAME = "rag"

@@ -33,13 +33,17 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
 from examples.data_files import DataFormatError, json_objects
 from examples.rag import bm25
-from tracerl.orchestration.local.recipe import Task  # here: task_id, split, question, answers (gold first, then aliases), corpus
-from tracerl.trainer.tiny_model import default_cache_dir
+from tracerl.instrumentation.agent_env import cache_dir
+
+# One line of the tasks file (the recipe's ``Task``): task_id, split, question, answers (gold first, then aliases),
+# corpus. Spelled here, not imported from the loop's recipe module, because the agent's process imports this one.
+Task = dict[str, Any]
 
 INSTRUCTIONS = (
     "Answer the question from the corpus. Call search with a short query, again if the result "
@@ -176,7 +180,7 @@ def all_tasks(seed: int, data: Path | None = None) -> tuple[list[Task], list[Tas
 def corpus_index(documents: Sequence[Document]) -> Path:
     """The BM25 index of ``documents`` as a DuckDB file, built once per corpus (cached by content)."""
     digest = hashlib.sha256(json.dumps([[d.title, d.text] for d in documents]).encode()).hexdigest()[:16]
-    path = default_cache_dir() / "rag" / f"corpus-{digest}.duckdb"
+    path = cache_dir() / "rag" / f"corpus-{digest}.duckdb"
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)

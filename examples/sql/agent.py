@@ -14,7 +14,7 @@ and says whether it is right; if not, the rewriter writes a new one, which runs 
 
 ``OPENAI_BASE_URL`` points at the policy endpoint; every node calls the model ``--model``
 unless the loop trains a policy per agent, which gives each node its policy's model name
-(:func:`~tracerl.orchestration.local.recipe.agent_model`). Each task line carries its own
+(:func:`~tracerl.instrumentation.agent_env.agent_model`). Each task line carries its own
 ``temperature`` and ``seed`` (held-out evaluation is greedy, training samples).
 """
 
@@ -38,7 +38,7 @@ from examples.sql.task import (
     MAX_EXAMPLES, VERDICTS, Task, checker_messages, clean_query, execute, result_text, reward, rewriter_messages, schema_link_credit, schema_text,
     writer_messages,
 )
-from tracerl.orchestration.local.recipe import POLICY_MODEL_NAME, agent_model
+from tracerl.instrumentation.agent_env import POLICY_MODEL_NAME, agent_model
 from tracerl.schemas import environment as E
 
 NODES = ("writer", "checker", "rewriter")  # the graph's LLM nodes: the agent names its calls carry

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from tracerl.trainer.tiny_model import default_cache_dir
+from tracerl.instrumentation.agent_env import cache_dir
 
 # ---- the local databases ------------------------------------------------------------------
 
@@ -91,7 +91,7 @@ def table_rows(db_id: str, table: Table) -> list[tuple]:
 
 def local_database_root() -> Path:
     """Where the local databases live, in Spider's layout (``database/<db_id>/<db_id>.sqlite``)."""
-    return default_cache_dir() / "examples" / f"sql-databases-v{DATABASES_VERSION}"
+    return cache_dir() / "examples" / f"sql-databases-v{DATABASES_VERSION}"
 
 
 def database_path(root: Path, db_id: str) -> Path:

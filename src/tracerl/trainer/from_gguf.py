@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from tracerl.core.chat_template import HERMES_TOOLS_TEMPLATE, renders_tools
-from tracerl.schemas import environment as E
+from tracerl.instrumentation.agent_env import cache_dir
 
 CONVERTER_VERSION = 1  # bump when the folder written changes: cached folders are then rebuilt
 MARKER = "tracerl-gguf.json"  # written last into a folder: what it was made from and what the check measured
@@ -65,10 +65,6 @@ class GgufFolder:
     max_logit_gap: float  # folder vs the GGUF's dequantised model, over CHECK_PROMPTS
     parameters: int
     cached: bool = False
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get(E.CACHE_DIR_ENV) or Path.home() / ".cache" / "tracerl")
 
 
 @contextmanager

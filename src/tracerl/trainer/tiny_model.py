@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from tracerl.schemas import environment as E
+from tracerl.instrumentation.agent_env import cache_dir
 
 TINY_MODEL_NAME = "tracerl-tiny-llama"
 BUILD_VERSION = 8  # bump when the model recipe changes (the corpus is hashed into the cache key already)
@@ -49,13 +49,8 @@ def tiny_model_key(corpus: Sequence[str] = ()) -> str:
     return f"tiny{BUILD_VERSION}-{digest}"
 
 
-def default_cache_dir() -> Path:
-    root = os.environ.get(E.CACHE_DIR_ENV) or os.path.join(Path.home(), ".cache", "tracerl")
-    return Path(root)
-
-
 def tiny_model_path() -> Path:
-    return default_cache_dir() / f"{TINY_MODEL_NAME}-{tiny_model_key()}"
+    return cache_dir() / f"{TINY_MODEL_NAME}-{tiny_model_key()}"
 
 
 def build_tokenizer(corpus: Sequence[str] = ()):

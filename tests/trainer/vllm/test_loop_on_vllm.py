@@ -22,7 +22,7 @@ from tracerl.schemas import attributes as A
 from tracerl.orchestration.demo.recipe import DEMO
 from tracerl.orchestration.local.config import LocalConfig
 from tracerl.orchestration.local.run import PolicyEndpoint, run_local
-from tracerl.orchestration.local.recipe import POLICY_MODEL_NAME
+from tracerl.instrumentation.agent_env import POLICY_MODEL_NAME
 from tracerl.orchestration.local.warm_start import starting_policy
 from tracerl.trainer.publish import VllmReload, publish
 from tracerl.trainer.training.config import TrainConfig

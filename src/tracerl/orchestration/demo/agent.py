@@ -25,8 +25,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 import tracerl
+from tracerl.instrumentation.agent_env import POLICY_MODEL_NAME
 from tracerl.schemas import attributes as A
-from tracerl.orchestration.local.recipe import POLICY_MODEL_NAME
 from tracerl.orchestration.demo.task import ANSWERER, TOOL_PICKER, Task, UnknownToolError, first_messages, reward, run_tool, second_messages, tool_named
 from tracerl.schemas import environment as E
 

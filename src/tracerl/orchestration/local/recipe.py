@@ -3,8 +3,10 @@
 The loop (:mod:`tracerl.orchestration.local.run`) knows nothing of any agent. An agent to be
 trained is an ordinary program that reads a tasks file, calls the policy endpoint found in
 ``OPENAI_BASE_URL`` under the model name ``policy`` (with several policies, each agent under
-its policy's name, :func:`agent_model`), and scores its own episodes with
-``tracerl.episode`` / ``tracerl.emit_reward``. A recipe names that program and adds
+its policy's name, :func:`tracerl.agent_model`), and scores its own episodes with
+``tracerl.episode`` / ``tracerl.emit_reward``. Those names are the agent's side of the loop and
+live in :mod:`tracerl.instrumentation.agent_env`, so an agent's process never imports this
+package (nor the pipeline and DuckDB behind it). A recipe names that program and adds
 what only its author knows: which tasks exist (made locally, or read from a public data
 set in its own format), and, for a model built from nothing, the examples that teach the
 *format* of its answers (never the task itself) before reinforcement learning starts.
@@ -14,27 +16,14 @@ set in its own format), and, for a model built from nothing, the examples that t
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tracerl.orchestration.local.config import LocalConfig
-from tracerl.schemas import environment as E
 
 Task = dict[str, Any]  # one line of a tasks file: "task_id", "split", and what the agent reads
-POLICY_MODEL_NAME = "policy"  # the model name agents send; `vllm serve` is started under it
-
-
-def agent_model(agent: str, default: str = POLICY_MODEL_NAME) -> str:
-    """The model name ``agent`` should call: its policy's, when the loop trains a policy per agent, else ``default``.
-
-    The one thing an agent program changes to take part in a per-agent training: the model
-    string it gives each of its agents, which every framework lets it set.
-    """
-    pairs = (pair.partition("=") for pair in os.environ.get(E.AGENT_MODELS_ENV, "").split(",") if pair)
-    return {name.strip(): model.strip() for name, _, model in pairs}.get(agent, default)
 
 
 @dataclass(frozen=True)

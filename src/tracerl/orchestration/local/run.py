@@ -41,10 +41,11 @@ from pathlib import Path
 
 import duckdb
 
+from tracerl.instrumentation.agent_env import POLICY_MODEL_NAME
 from tracerl.schemas import attributes as A
 from tracerl.orchestration.local.config import SERVERS, LocalConfig
 from tracerl.orchestration.local.plots import plot_reward_curve
-from tracerl.orchestration.local.recipe import POLICY_MODEL_NAME, AgentRecipe, Task
+from tracerl.orchestration.local.recipe import AgentRecipe, Task
 from tracerl.orchestration.local.warm_start import starting_policy, supervised_samples
 from tracerl.orchestration.phases import PhaseClock
 from tracerl.orchestration.release import release

@@ -17,10 +17,11 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from tracerl.orchestration.local.recipe import POLICY_MODEL_NAME, AgentRecipe, FormatExample
+from tracerl.instrumentation.agent_env import POLICY_MODEL_NAME, cache_dir
+from tracerl.orchestration.local.recipe import AgentRecipe, FormatExample
 from tracerl.trainer.serving.prompts import chat_prompt_ids
 from tracerl.trainer.serving.protocol import ChatCompletionRequest
-from tracerl.trainer.tiny_model import build_tiny_model, default_cache_dir, tiny_model_key
+from tracerl.trainer.tiny_model import build_tiny_model, tiny_model_key
 from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.dataset import Sample
 from tracerl.trainer.training.torch_backend import PolicyTrainer
@@ -38,7 +39,7 @@ def starting_policy(recipe: AgentRecipe, seed: int, data: Path | None = None) ->
     if data is not None:
         stat = Path(data).stat()
         key += "-" + hashlib.sha256(f"{Path(data).resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:10]
-    path = default_cache_dir() / "policies" / key
+    path = cache_dir() / "policies" / key
     if (path / "config.json").exists():
         return path
     tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
