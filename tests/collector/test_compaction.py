@@ -26,10 +26,10 @@ from tracerl.cli import app
 from tracerl.collector.compaction import CompactionBusy, CompactionSettings, compact, hour_closed
 from tracerl.collector.sink import DurableTable
 from tracerl.collector.service import TRACES
-from tracerl.core.compaction_log import CompactionRecord
+from tracerl.core.compaction_log import CompactionRecord, done_name, pending_name, record_name
 from tracerl.pipeline import build_dataset, dataset_table
 from tracerl.pipeline.location import locate
-from tracerl.core.storage import write_parquet_atomic
+from tracerl.core.storage import temporary_name, write_parquet_atomic
 from tracerl_testing.synthetic_spans import generate
 
 OLD = ("date=2026-11-26/hour=03", "date=2026-11-26/hour=04")
@@ -216,6 +216,30 @@ def test_hidden_files_are_neither_read_nor_merged(data_dir):
 
     assert read_ids(str(data_dir)) == sorted(table.column("span_id").to_pylist())
     assert backup.exists() and len(list(trash.iterdir())) == 2  # not data, and not compaction's
+
+
+
+def test_the_temporary_files_of_a_killed_pass_are_cleaned_and_a_writer_s_are_not(data_dir):
+    """Killed mid-write, a pass leaves ``storage.temporary_name`` files (and, before that scheme, files
+    without its unique part): the next pass deletes those of its records and markers, and those of
+    outputs its uncommitted pending markers name; a writer's own temporary is never compaction's."""
+    table = generate(20, seed=16)
+    small_files(str(data_dir / "spans"), table, OLD[0], per_file=20)
+    folder = data_dir / "spans" / OLD[0]
+    killed = "0123456789abcdef"
+    (folder / pending_name(killed)).write_bytes(b"")
+    theirs = [temporary_name(record_name(killed)), f".{done_name('fedcba9876543210')}.tmp",
+              temporary_name(f"compact-{killed}-{time.time_ns():020d}-0a1b2c3d4e5f.parquet")]
+    writers = [temporary_name(f"spans-{time.time_ns():020d}-0a1b2c3d4e5f.parquet")]
+    for name in theirs + writers:
+        (folder / name).write_bytes(b"half")
+
+    (result,) = [r for r in compact(str(data_dir), SETTLED, now=NOW) if r.partition == OLD[0]]
+
+    assert sorted(result.cleaned) == sorted([*theirs, pending_name(killed)])
+    assert [name for name in theirs if (folder / name).exists()] == []
+    assert all((folder / name).read_bytes() == b"half" for name in writers)
+    assert read_ids(str(data_dir)) == sorted(table.column("span_id").to_pylist())
 
 
 def _corrupt_data_pages(path: Path) -> None:

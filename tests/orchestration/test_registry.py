@@ -29,3 +29,27 @@ def test_every_kind_of_version_is_written_in_one_shape_and_numbers_must_follow(t
     assert registry.entries() == [base, loop, scheduled]
     with pytest.raises(RegistryError, match="version 4 does not follow 2"):
         registry.append(VersionEntry(4, "rollback", 1, "v4"))
+
+
+def test_a_write_killed_before_its_rename_keeps_the_registry_and_the_next_round_removes_what_it_left(tmp_path, monkeypatch):
+    from tracerl.core.storage import temporary_name
+    from tracerl.orchestration.rounds.round import StateFolder
+    from tracerl.trainer.training.checkpoint import CHECKPOINT_MANIFEST_FILE
+
+    registry = PolicyRegistry(tmp_path)
+    registry.append(VersionEntry(0, "base", None, "base", recorded_at="t0"))
+    with monkeypatch.context() as patch:
+        patch.setattr("os.unlink", lambda path: None)  # as if killed: the temporary file stays
+        patch.setattr("os.replace", lambda *_: (_ for _ in ()).throw(OSError("killed")))
+        with pytest.raises(OSError, match="killed"):
+            registry.append(VersionEntry(1, "trained", 0, "v1", recorded_at="t1"))
+    assert [e["version"] for e in registry.entries()] == [0]
+    (left,) = [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert left.startswith(".registry.json.")
+    checkpoint = tmp_path / "policies" / "v0001"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / temporary_name(CHECKPOINT_MANIFEST_FILE)).write_text("{")
+    (tmp_path / temporary_name("metrics.jsonl")).write_text("")
+    (tmp_path / ".notes.tmp").write_text("someone else's")  # not a name a round writes: left alone
+    StateFolder(tmp_path).remove_partials()
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == [".notes.tmp", "registry.json"]

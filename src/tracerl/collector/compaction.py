@@ -52,7 +52,6 @@ import pyarrow.parquet as pq
 from tracerl.collector.sink import join_uri
 from tracerl.core.compaction_log import (
     OUTPUT_PREFIX,
-    RECORD_PREFIX,
     CompactionRecord,
     PartitionState,
     done_name,
@@ -65,7 +64,7 @@ from tracerl.core.compaction_log import (
 )
 from tracerl.schemas.logs import LOGS_SCHEMA
 from tracerl.schemas.spans import SPANS_SCHEMA
-from tracerl.core.storage import AtomicParquetFile, fsync_dir, fsync_file, resolve
+from tracerl.core.storage import AtomicParquetFile, resolve, write_atomic
 
 log = logging.getLogger("tracerl.collector.compaction")
 
@@ -226,8 +225,10 @@ def _partitions(fs: pafs.FileSystem, base: str) -> Iterator[tuple[str, Partition
             yield folder, states.get(folder, PartitionState()), sizes[folder]
 
 
-_OUTPUT_TEMPORARY = re.compile(r"^\.compact-([0-9a-f]{16})-.*\.parquet\.tmp$")  # AtomicParquetFile's name
-_RECORD_TEMPORARY = re.compile(r"^\._compaction-([0-9a-f]{16})\.(?:json|done|pending)\.tmp$")  # _put's name
+# storage.temporary_name() of an output (AtomicParquetFile) and of a record or marker (write_atomic);
+# the unique part is optional: files of versions before it had none
+_OUTPUT_TEMPORARY = re.compile(r"^\.compact-([0-9a-f]{16})-.*\.parquet(?:\.[0-9a-f]+)?\.tmp$")
+_RECORD_TEMPORARY = re.compile(r"^\._compaction-([0-9a-f]{16})\.(?:json|done|pending)(?:\.[0-9a-f]+)?\.tmp$")
 
 
 class _BadInput(Exception):
@@ -301,7 +302,7 @@ class _Partition:
                     del self.sizes[name]
                     self.result.deleted.append(name)
             self.state.parquet = [p for p in self.state.parquet if p not in record.inputs]
-            _put(self.fs, self.path(done_name(compaction_id)), b"")
+            write_atomic(self.path(done_name(compaction_id)), b"", filesystem=self.fs)
             _at_step("done")
             self.state.done.add(compaction_id)
 
@@ -351,7 +352,7 @@ class _Partition:
 
     def _compact(self, names: list[str], schema: pa.Schema) -> None:
         compaction_id = uuid.uuid4().hex[:16]
-        _put(self.fs, self.path(pending_name(compaction_id)), b"")  # from here the next pass may undo this one
+        write_atomic(self.path(pending_name(compaction_id)), b"", filesystem=self.fs)  # from here the next pass may undo this one
         _at_step("pending")
         rows = expected = 0
         with AtomicParquetFile(self.folder, schema, prefix=f"{OUTPUT_PREFIX}{compaction_id}", filesystem=self.fs) as output:
@@ -386,7 +387,7 @@ class _Partition:
         size = self.fs.get_file_info(output.path).size
         record = CompactionRecord(compaction_id, names, [written], rows, committed_at=self.clock(),
                                   input_bytes=sum(self.sizes[n] for n in names), output_bytes=size)
-        _put(self.fs, self.path(record_name(compaction_id)), record.to_json().encode())  # the commit
+        write_atomic(self.path(record_name(compaction_id)), record.to_json(), filesystem=self.fs)  # the commit
         _at_step("committed")
         self._forget_pending(compaction_id)
         _at_step("pending forgotten")
@@ -422,20 +423,6 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     columns = [table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
                for f in schema]
     return pa.Table.from_arrays(columns, schema=schema)
-
-
-def _put(fs: pafs.FileSystem, path: str, data: bytes) -> None:
-    """Write a small file whole: locally under a dot-name, fsynced, renamed; on object stores one put."""
-    if isinstance(fs, pafs.LocalFileSystem):
-        tmp = f"{dirname(path)}/.{basename(path)}.tmp"
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-        fsync_file(tmp)
-        os.replace(tmp, path)
-        fsync_dir(dirname(path))
-        return
-    with fs.open_output_stream(path) as stream:
-        stream.write(data)
 
 
 class PeriodicCompaction:

@@ -34,6 +34,7 @@ from tracerl.collector import otlp, wal
 from tracerl.collector.columns import CONVERTER, trace_table
 from tracerl.collector.sink import DurableTable, Overloaded, TableKind
 from tracerl.core.compaction_log import check_writer_prefix
+from tracerl.core.storage import write_atomic
 from tracerl.schemas.logs import logs_table
 from tracerl.schemas.spans import SPANS_DICTIONARY_COLUMNS, spans_table
 
@@ -231,7 +232,5 @@ def _instance_id(wal_dir: Path) -> str:
     path = wal_dir / "instance_id"
     if not path.exists():
         host = "".join(c if c.isalnum() else "_" for c in socket.gethostname())[:32]
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(f"{host}_{uuid.uuid4().hex[:8]}")
-        os.replace(tmp, path)
+        write_atomic(path, f"{host}_{uuid.uuid4().hex[:8]}")
     return path.read_text().strip()

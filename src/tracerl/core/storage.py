@@ -1,9 +1,11 @@
-"""Immutable, atomically committed Parquet files on local disk or object storage.
+"""Files committed whole, on local disk or object storage: immutable Parquet files, and small files
+(manifests, records, registries) written whole and replaced in one step.
 
 Readers (DuckDB globs, the pipeline) must never see a half-written file: locally a
-file is written under a dot-name, fsynced, then renamed into place; on object stores
-an upload becomes visible only when complete. Files are partitioned by hour so a
-scheduled job can skip what it has already read.
+file is written under a hidden temporary name beside its place (:func:`temporary_name`:
+``.NAME.<unique>.tmp``), fsynced, then renamed into place; on object stores an upload
+becomes visible only when complete. Parquet files are partitioned by hour so a scheduled
+job can skip what it has already read.
 """
 
 from __future__ import annotations
@@ -31,6 +33,64 @@ def hour_partition(unix_nano: int | None = None) -> str:
     seconds = (unix_nano / 1e9) if unix_nano is not None else time.time()
     t = time.gmtime(seconds)
     return f"date={t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}/hour={t.tm_hour:02d}"
+
+
+def temporary_name(name: str) -> str:
+    """The hidden name a file called ``name`` is written under before it is renamed into place.
+
+    ``.NAME.<unique>.tmp``: the leading dot hides it from every reader of a folder (DuckDB's and
+    pyarrow's dataset globs, ``datasets``), the unique part keeps two writers of the same name
+    (two processes, two threads) from writing into one file, and ``.tmp`` lets cleanup code
+    recognise what a killed writer left."""
+    return f".{name}.{uuid.uuid4().hex[:12]}.tmp"
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str, *, filesystem: pafs.FileSystem | None = None) -> None:
+    """Write ``data`` (``str``: as UTF-8) as the whole content of the file ``path``, replacing it in one step.
+
+    ``path``: a local path or a URI such as ``s3://bucket/key``; or, with ``filesystem``, a path in
+    that filesystem's own terms. Its folder must exist (locally). For small files written whole
+    (manifests, records, registries); append-only files (a WAL, JSONL logs) are not written this way.
+
+    Locally, each step is there for a reason:
+
+    1. write to :func:`temporary_name` in the same folder: a reader of ``path`` meanwhile sees the
+       old content whole, and a crash mid-write leaves only a hidden ``.tmp`` file that readers skip
+       (and cleanup may delete); the same folder, so that the rename below stays within one filesystem;
+    2. fsync the file: otherwise, after a power loss, the rename may be durable while the data is
+       not, and ``path`` would be empty or truncated;
+    3. ``os.replace``: atomic on POSIX, so a reader opening ``path`` gets the old file or the new one,
+       never part of either;
+    4. fsync the folder: makes the rename itself durable (until then a crash may bring the old
+       content back, after a caller has acted on the new one).
+
+    If any step fails, the temporary file is removed and ``path`` keeps its old content.
+    On an object store (pyarrow's S3, GCS...) an object appears only once its upload completes,
+    so one put does all of that.
+    """
+    body = data.encode("utf-8") if isinstance(data, str) else data
+    target = os.fspath(path)
+    if filesystem is None and "://" in target:
+        filesystem, target = pafs.FileSystem.from_uri(target)
+    if filesystem is not None and not isinstance(filesystem, pafs.LocalFileSystem):
+        with filesystem.open_output_stream(target) as stream:
+            stream.write(body)
+        return
+    folder, name = os.path.split(target)
+    tmp = os.path.join(folder, temporary_name(name))
+    try:
+        with open(tmp, "xb") as handle:
+            handle.write(body)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    fsync_dir(folder or ".")
 
 
 def new_file_name(prefix: str) -> str:
@@ -61,7 +121,7 @@ class AtomicParquetFile:
         self._local = isinstance(self._fs, pafs.LocalFileSystem)
         if self._local:
             os.makedirs(folder, exist_ok=True)
-            self._tmp = f"{folder}/.{name}.tmp"
+            self._tmp = f"{folder}/{temporary_name(name)}"
             # Written by Arrow's own file (C++): pyarrow writing through a Python file object takes
             # the GIL for every page it writes, and when the process's other threads are busy (an
             # agent's calls) each of those hand-overs is paid in CPU: 4x the writer's own cost here

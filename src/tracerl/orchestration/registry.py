@@ -21,13 +21,12 @@ claimed are the watermark of the next round (:mod:`tracerl.orchestration.rounds.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tracerl.core.storage import fsync_dir, fsync_file
+from tracerl.core.storage import write_atomic
 from tracerl.trainer.publish import PublishResult, PublishTarget
 
 REGISTRY_FILE = "registry.json"
@@ -146,9 +145,5 @@ class PolicyRegistry:
 
     def _write(self, entries: list[dict[str, Any]], skipped: list[dict[str, Any]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_name(f".{self.path.name}.partial")
         body = {"policies": entries, **({"skipped": skipped} if skipped else {})}
-        partial.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
-        fsync_file(partial)
-        os.replace(partial, self.path)
-        fsync_dir(self.path.parent)
+        write_atomic(self.path, json.dumps(body, indent=1) + "\n")

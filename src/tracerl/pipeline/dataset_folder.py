@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tracerl.core.storage import write_atomic
 from tracerl.pipeline.sql_text import sql_list
 from tracerl.schemas.dataset_folder import MANIFEST_FILE as MANIFEST
 from tracerl.schemas.dataset_folder import DatasetFolder, transition_files
@@ -61,9 +62,7 @@ def export_folder(out: str | os.PathLike, kind: str) -> Path:
 def write_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """Write the manifest whole or not at all; return it as a reader of the file sees it (tuples become lists)."""
     text = json.dumps(manifest, indent=2) + "\n"
-    partial = out / (MANIFEST + ".partial")
-    partial.write_text(text)
-    os.replace(partial, out / MANIFEST)
+    write_atomic(out / MANIFEST, text)
     return json.loads(text)
 
 

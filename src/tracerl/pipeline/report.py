@@ -27,6 +27,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tracerl.core.storage import write_atomic
 from tracerl.pipeline import charts
 from tracerl.schemas import attributes as A
 from tracerl.pipeline.build import Analysis, analyze
@@ -306,7 +307,5 @@ def write_report(data: str | os.PathLike, out: str | os.PathLike, *, runs: str |
     page = render(report_data(data, runs=runs, options=options, figures=figures))
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.partial")
-    partial.write_text(page, encoding="utf-8")
-    os.replace(partial, target)
+    write_atomic(target, page)
     return target

@@ -44,14 +44,14 @@ from tracerl.orchestration.phases import PhaseClock
 from tracerl.pipeline.dataset_folder import MANIFEST
 from tracerl.schemas.dataset_folder import DatasetFolder, episodes_of, index_of, transition_files
 from tracerl.schemas import attributes as A
-from tracerl.core.storage import fsync_dir
+from tracerl.core.storage import fsync_dir, write_atomic
 from tracerl.orchestration.rounds.config import RoundConfig
 from tracerl.orchestration.rounds.errors import RoundFailed, RoundStopped
 from tracerl.orchestration.rounds.gate import gate
 from tracerl.orchestration.release import release
-from tracerl.orchestration.registry import PolicyRegistry, VersionEntry, episode_entries, utc_now
+from tracerl.orchestration.registry import REGISTRY_FILE, PolicyRegistry, VersionEntry, episode_entries, utc_now
 from tracerl.trainer.publish import PublishError
-from tracerl.trainer.training.checkpoint import read_checkpoint_manifest
+from tracerl.trainer.training.checkpoint import CHECKPOINT_MANIFEST_FILE, read_checkpoint_manifest
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,11 @@ class StateFolder:
         return self.root / "report.html"
 
     def remove_partials(self) -> None:
-        """What killed jobs leave half-written: hidden folders and files beside their final names."""
-        for pattern in ("dataset/.duckdb-*", "dataset/.*.tmp", "rounds/*/.*.partial", "policies/.*.tmp-*", "policies/.*.old-*"):
+        """What killed jobs leave half-written: hidden folders and files beside their final names (the files'
+        named by ``tracerl.core.storage.temporary_name``: ``.NAME.<unique>.tmp``)."""
+        files = [f".{name}.*.tmp" for name in (REGISTRY_FILE, self.metrics.name, self.report.name)]
+        for pattern in ("dataset/.duckdb-*", "dataset/.*.tmp", "rounds/*/.*.partial", "policies/.*.tmp-*", "policies/.*.old-*",
+                        f"policies/*/.{CHECKPOINT_MANIFEST_FILE}.*.tmp", *files):
             for path in self.root.glob(pattern):
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
 
@@ -267,9 +270,7 @@ def write_metrics(registry: PolicyRegistry, path: Path) -> None:
         rows.append({"round": entry["version"], "policy_version": entry["version"], "episodes": len(entry["episodes"]),
                      **(entry.get("metrics") or {}), **{f"{k}_seconds": v for k, v in (entry.get("seconds") or {}).items()}})
     rows += [{A.RUN_METRICS_SET_ASIDE: True, "round": r["round"], "episodes": r["episodes"], "reason": r["reason"], "at": r["at"]} for r in registry.skipped()]
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    os.replace(partial, path)
+    write_atomic(path, "".join(json.dumps(row) + "\n" for row in rows))
 
 
 def _phase_clock(summary: RoundSummary, on_phase: Callable[[str], None], should_stop: Callable[[], bool]) -> PhaseClock:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tracerl.core.storage import fsync_dir, fsync_file
+from tracerl.core.storage import fsync_dir, fsync_file, write_atomic
 
 CHECKPOINT_MANIFEST_FILE = "tracerl_checkpoint.json"
 
@@ -56,12 +56,7 @@ def checkpoint_folder(out_dir: str | os.PathLike, manifest: dict | None = None) 
 
 def write_checkpoint_manifest(checkpoint: str | os.PathLike, manifest: dict) -> None:
     """Write (or replace, e.g. with the version it was published as) a checkpoint's manifest in one step."""
-    folder = Path(checkpoint)
-    tmp = folder / f".{CHECKPOINT_MANIFEST_FILE}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    fsync_file(tmp)
-    os.replace(tmp, folder / CHECKPOINT_MANIFEST_FILE)
-    fsync_dir(folder)
+    write_atomic(Path(checkpoint) / CHECKPOINT_MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
 
 
 def read_checkpoint_manifest(checkpoint: str | os.PathLike) -> dict | None:
