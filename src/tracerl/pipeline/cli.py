@@ -220,6 +220,7 @@ def judge(
     """Score unlabelled episodes with a judge model, each task's episodes relative to each other; write them as rewards."""
     from tracerl.pipeline.judge import JudgeOptions
     from tracerl.pipeline.judge import judge as run_judge
+    from tracerl.pipeline.judgment_log import endpoint
 
     try:
         text = rubric.read_text(encoding="utf-8") if rubric else None
@@ -241,6 +242,13 @@ def judge(
         f"{summary.scored} episode(s) scored, {summary.failed} failed, {skipped} skipped, {summary.already_judged} judged before "
         f"({summary.calls} judge call(s), {summary.groups} group(s)) -> {summary.rewards_file}; judgments: {summary.judgments_file}"
     )
+    if summary.failed and not summary.scored:  # a judge that is down or misconfigured is an error, not a run with no news
+        console.print(
+            f"[red]error:[/red] none of the {summary.failed} episode(s) sent could be judged ({summary.commonest_failures()}). "
+            f"Check that --judge-url ({endpoint(judge_url)}) is reachable and serves --judge-model {judge_model} (or fix what the "
+            "errors name), then run the command again: it sends the failed episodes again."
+        )
+        raise typer.Exit(1)
 
 
 def register_sql(root: typer.Typer) -> None:

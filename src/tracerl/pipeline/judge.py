@@ -23,9 +23,10 @@ Rules, each with its count in the summary:
   (``skipped``, reason ``too_long``, with the limit; a run with a higher limit tries it again);
   a group that does not fit is split into parts that do, each judged on its own; more than
   ``max_group`` episodes of a task are split the same way.
-- **An answer that does not parse**, or a call that fails (timeout, dropped connection,
-  5xx, 429) is retried once, a 429 or 5xx after the server's ``Retry-After`` (at most 60 s;
-  1 s after a 429 without one); another 4xx is not retried (the same request fails the same).
+- **An answer that does not parse** (a 2xx whose body is no chat completion with text included),
+  or a call that fails (timeout, dropped connection, 5xx, 429) is retried once, a 429 or 5xx after
+  the server's ``Retry-After`` (at most 60 s; 1 s after a 429 without one); another 4xx, or a 3xx,
+  is not retried (the same request fails the same).
   Then every episode of the group is recorded ``failed`` with the answer or error, and judged
   again by the next run. Never a silent 0.
 - **The call budget** (``max_calls``): a group it leaves unsent is recorded ``skipped``,
@@ -38,6 +39,7 @@ Rules, each with its count in the summary:
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import threading
 import time
@@ -49,6 +51,7 @@ from email.utils import parsedate_to_datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pyarrow as pa
@@ -114,6 +117,10 @@ class JudgeSummary:
     rewards_file: str = ""
     judgments_file: str = ""
 
+    def commonest_failures(self) -> str:
+        """The three commonest reasons of failure with their episodes, e.g. ``4 x HTTP 503: ...``."""
+        return "; ".join(f"{n} x {reason}" for reason, n in Counter(self.failed_reasons).most_common(3))
+
     def messages(self, max_calls: int | None) -> list[str]:
         """What a user should know about this run, in words."""
         notes = []
@@ -124,9 +131,8 @@ class JudgeSummary:
         if self.skipped.get("too_long"):
             notes.append(f"{self.skipped['too_long']} episode(s) are too long for --max-prompt-chars and were not sent")
         if self.failed:
-            errors = "; ".join(f"{n} x {reason}" for reason, n in Counter(self.failed_reasons).most_common(3))
-            notes.append(f"{self.failed} episode(s) could not be judged ({errors}; answers and errors in {self.judgments_file}); "
-                         "the next run tries them again")
+            notes.append(f"{self.failed} episode(s) could not be judged ({self.commonest_failures()}; answers and errors in "
+                         f"{self.judgments_file}); the next run tries them again")
         if self.unkeyed:
             notes.append(f"{self.unkeyed} episode(s) had only judgments written before the cache held the judge's URL and the "
                          "episode's content: they were judged again, under the full key")
@@ -219,6 +225,39 @@ def _parts(group: list[_Episode], options: JudgeOptions) -> list[list[_Episode]]
     return fitted
 
 
+class MalformedReply(JudgeAnswerError):
+    """A 2xx whose body is no chat completion with text (a proxy's page, an error object, no choice, a content that is
+    not a string): an answer that does not parse, retried once and then recorded ``failed``, not a crash of the run."""
+
+    def __init__(self, why: str, response: httpx.Response) -> None:
+        super().__init__(f"malformed reply: {why}")
+        self.reply = response.text[:500]  # kept in the group's line, as an answer is
+
+
+def _completion_text(response: httpx.Response) -> str:
+    """The text of the first choice of a chat completion; :class:`MalformedReply` saying what is missing otherwise."""
+    try:
+        body = response.json()
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested past the parser's depth
+        raise MalformedReply("the body is not JSON", response) from None
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or not choices:
+        raise MalformedReply('no "choices" list with a choice', response)
+    message = choices[0].get("message") if isinstance(choices[0], dict) else None
+    if not isinstance(message, dict):
+        raise MalformedReply('the first choice has no "message" object', response)
+    content = message.get("content")
+    if not isinstance(content, str):
+        raise MalformedReply(f"the message's content is not text: {json.dumps(content)[:40]}", response)
+    return content
+
+
+def _completions_url(base: str) -> str:
+    """``base`` + ``/chat/completions``, added to the path: a query (a hosted API's ``?api-version=...``) stays after it."""
+    parts = urlsplit(base)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/chat/completions"))
+
+
 class _Judge:
     """Calls the judge for one part at a time (thread-safe); counts calls against ``max_calls``."""
 
@@ -226,7 +265,7 @@ class _Judge:
         self.options = options
         headers = {"Authorization": f"Bearer {options.api_key}"} if options.api_key else {}
         self.client = httpx.Client(timeout=options.timeout_s, headers=headers)
-        self.url = options.url.rstrip("/") + "/chat/completions"
+        self.url = _completions_url(options.url)
         self.calls = 0
         self._lock = threading.Lock()
 
@@ -238,7 +277,8 @@ class _Judge:
             return True
 
     def _ask(self, messages: list[dict[str, str]]) -> str:
-        """The judge's answer text; raises httpx errors for a failed call."""
+        """The judge's answer text; raises httpx errors for a failed call (a 3xx included: a redirect is no answer),
+        :class:`MalformedReply` for a 2xx that carries no text."""
         body = {"model": self.options.model, "messages": messages, "temperature": 0.0, "max_tokens": self.options.max_tokens}
         token = context.attach(baggage.set_baggage(A.AGENT_NAME, A.JUDGE_AGENT))
         try:
@@ -246,9 +286,9 @@ class _Judge:
                 response = self.client.post(self.url, json=body)
         finally:
             context.detach(token)
-        if response.status_code >= 400:
+        if not response.is_success:
             raise httpx.HTTPStatusError(f"HTTP {response.status_code}: {response.text[:500]}", request=response.request, response=response)
-        return response.json()["choices"][0]["message"].get("content") or ""
+        return _completion_text(response)
 
     def judge(self, part: list[_Episode]) -> dict[str, Any] | None:
         """``{"scores": [...]}`` or ``{"error": ...}`` with the answers and errors of each attempt;
@@ -269,7 +309,10 @@ class _Judge:
                     break  # the request itself is wrong (context too long, unknown model): the same again fails the same
                 wait = _retry_wait(exc.response)
                 continue
-            except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+            except MalformedReply as exc:
+                attempts.append({"reply": exc.reply, "error": str(exc)})
+                continue
+            except httpx.HTTPError as exc:
                 attempts.append({"error": f"{type(exc).__name__}: {exc}"})
                 continue
             try:
@@ -291,11 +334,11 @@ def _retry_wait(response: httpx.Response) -> float:
     """Seconds before retrying a 429 or 5xx: the server's ``Retry-After`` (seconds or an HTTP date), at most
     :data:`RETRY_AFTER_MAX_S`; without one, :data:`RATE_LIMIT_WAIT_S` after a 429 and none after a 5xx."""
     value = response.headers.get("retry-after", "").strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # isdigit() alone takes '²' (a latin-1 header byte), which float() refuses
         return min(float(value), RETRY_AFTER_MAX_S)
     try:
         return min(max(parsedate_to_datetime(value).timestamp() - time.time(), 0.0), RETRY_AFTER_MAX_S)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return RATE_LIMIT_WAIT_S if response.status_code == 429 else 0.0
 
 

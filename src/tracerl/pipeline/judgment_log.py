@@ -17,8 +17,10 @@ sends its next group, so a killed judge loses at most the groups in flight (one 
 The latest line of an episode under one key is its outcome; whether a run judges the episode
 again is :func:`still_stands`'s rule: only a line whose reason cannot have changed stands.
 Lines written before the key held ``judge_url`` and ``content_sha256`` match no key: their
-episodes are judged once more (the judge says so). A line cut by a crash (no final newline)
-is dropped when the file is next opened for writing.
+episodes are judged once more (the judge says so). What a crash left unfinished is dropped
+when the file is next opened for writing: a line cut short (no final newline), and a group
+whose line is there with fewer episode lines than it lists (a kill can cut a write longer
+than a page between lines), so its episodes are judged again together.
 """
 
 from __future__ import annotations
@@ -80,6 +82,21 @@ def still_stands(latest: dict[str, Any] | None, content_sha256: str, max_prompt_
     return False
 
 
+def _unfinished_group(lines: list[bytes]) -> int:
+    """How many of the last ``lines`` are a group cut short: its ``group`` line and fewer episode lines than it lists
+    (0 when the last group is whole). A group's lines are written together, its ``group`` line first; a ``skipped``
+    line (no group) stands alone."""
+    for back, line in enumerate(reversed(lines), 1):
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if record.get("kind") == "group":
+            return back if back - 1 < len(record.get("episodes", ())) else 0
+        if record.get("group") is None:
+            return 0
+    return 0
+
+
 class JudgmentLog:
     """Appends lines to one judgments file (from any thread); reads what it already holds."""
 
@@ -87,20 +104,25 @@ class JudgmentLog:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._drop_torn_tail()
+        self._drop_unfinished_tail()
 
-    def _drop_torn_tail(self) -> None:
+    def _drop_unfinished_tail(self) -> None:
+        """Cut the file back to its last whole line and, if the last group's lines are not all there, to before that group."""
         if not self.path.exists():
             return
         data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
+        end = data.rfind(b"\n") + 1
+        lines = data[:end].splitlines(keepends=True)
+        end -= sum(len(line) for line in lines[len(lines) - _unfinished_group(lines):])
+        if end < len(data):
             with self.path.open("r+b") as handle:
-                handle.truncate(data.rfind(b"\n") + 1)
+                handle.truncate(end)
 
     def records(self) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []
-        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        # split at "\n" only: str.splitlines() also breaks at U+2028, NEL and others, which ensure_ascii=False leaves raw
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").split("\n") if line.strip()]
 
     def latest(self, key: CacheKey) -> dict[str, dict[str, Any]]:
         """episode_id -> its latest ``episode`` line under ``key``."""
