@@ -68,6 +68,7 @@ from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.pipeline.sql_text import sql_str
 from tracerl.pipeline.writer import call_messages
+from tracerl.core.storage import write_atomic
 from tracerl.schemas import attributes as A
 
 _REWARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # also the name of its files
@@ -379,9 +380,9 @@ def write_rewards(log: JudgmentLog, path: Path, options: JudgeOptions, key: Cach
         "group_size": pa.array([r["group_size"] for r in scored], pa.int32()),
     })
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
+    buffer = pa.BufferOutputStream()
+    pq.write_table(table, buffer)
+    write_atomic(path, buffer.getvalue().to_pybytes())
     return len(scored)
 
 
