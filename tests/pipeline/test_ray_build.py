@@ -129,6 +129,7 @@ def test_edge_cases_across_buckets_build_the_same_dataset(tmp_path):
     assert sum(on_ray["engine"]["spans_per_bucket"]) == counts["spans"]["rows"]
 
 
+@pytest.mark.slow  # runs the demo's rounds first
 def test_the_demos_rounds_build_the_same_dataset(tmp_path):
     from dataclasses import replace
 
@@ -224,6 +225,7 @@ def _kill_a_bucket_worker(stop: threading.Event, killed: list[int]) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # six minutes on 2 cores: the slow tier
 @pytest.mark.timeout(900)
 def test_a_million_spans_with_a_worker_killed_mid_build_give_the_same_dataset_once(tmp_path):
     episodes = 100_000
