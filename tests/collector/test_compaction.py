@@ -317,6 +317,19 @@ def test_files_under_the_target_size_are_grouped_into_files_of_about_that_size(d
     assert read_ids(str(data_dir)) == sorted(table.column("span_id").to_pylist())
 
 
+def test_the_grace_period_counts_from_the_commit_not_from_the_start_of_the_pass(data_dir, monkeypatch):
+    """A long pass must not shorten the time readers that listed before a swap keep the inputs."""
+    from tracerl.collector import compaction
+
+    small_files(str(data_dir / "spans"), generate(4, seed=16), OLD[0], per_file=10)
+    monkeypatch.setattr(compaction, "_at_step", lambda step: time.sleep(1.5) if step == "output written" else None)
+
+    compact(str(data_dir), SETTLED, now=NOW)
+
+    [record] = [CompactionRecord.from_json(p.read_text()) for p in (data_dir / "spans").rglob("_compaction-*.json")]
+    assert record.committed_at >= NOW + 1.5
+
+
 def test_an_hour_is_closed_once_it_ended_plus_the_settle_time():
     start = 1764126000  # 2025-11-26 03:00 UTC
     assert not hour_closed("spans/date=2025-11-26/hour=03", start + 3600 + 899, 900)
