@@ -128,7 +128,8 @@ def build_dataset_on_ray(
     files = source.find_span_files(spans)
     if not ray.is_initialized():
         os.environ.setdefault(E.RAY_ACCEL_OVERRIDE_ENV, "0")
-        ray.init(address=address or os.environ.get(E.RAY_ADDRESS_ENV), include_dashboard=False, log_to_driver=False)
+        ray.init(address=address or os.environ.get(E.RAY_ADDRESS_ENV) or None,  # an empty variable is no address
+                 include_dashboard=False, log_to_driver=False)
     count = buckets_count or max(1, int(ray.cluster_resources().get("CPU", 1)))
     worker_opts = replace(opts, threads=1)
 

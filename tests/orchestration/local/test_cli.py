@@ -69,6 +69,10 @@ def test_every_declared_field_is_an_option_and_comes_back_into_the_config(tmp_pa
     assert given | {f"vllm_{f.name}" for f in fields(VllmOptions)} == declared  # the call above gave every option a value of its own
 
 
+def test_keep_checkpoints_means_what_it_means_in_rounds_0_keeps_all():
+    assert parsed(DEMO, ["--keep-checkpoints", "0"]).keep_checkpoints == 0
+
+
 def test_a_bad_policy_is_named_with_its_option():
     with pytest.raises(typer.BadParameter, match="NAME=AGENT") as raised:
         parsed(DEMO, ["--policy", "writer"])

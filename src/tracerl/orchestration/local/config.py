@@ -100,7 +100,7 @@ class LocalConfig:
              "where --replay replays the policy's own best-rewarded outputs)."))
     tiny_learning_rate: float = 1e-3  # the recipe's warm-started tiny model, when --lr is not given
     keep_checkpoints: int = field(default=2, metadata=option(
-        "--keep-checkpoints", min=1, help="Newest checkpoints kept on disk (the served one is always among them)."))
+        "--keep-checkpoints", min=0, help="Newest versions whose weights stay, besides the served one (0: all), as in `tracerl rounds`."))
     max_tokens: int | None = field(default=None, metadata=option(
         "--max-tokens", min=1, help="max_tokens of each agent call (default: the recipe's, sized for the tiny model)."))
     agent_args: tuple[str, ...] = field(default=(), metadata=option(
