@@ -1,4 +1,5 @@
-"""``tracerl model``: the policy folders tracerl trains, made from what users already hold (a GGUF file)."""
+"""``tracerl model``: the policy folders tracerl trains, made from what users already hold (a GGUF file), and
+what users take away from them (a LoRA adapter merged into full weights)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ from tracerl.core.commands import command_group
 from tracerl.trainer.from_gguf import CHAT_TEMPLATES, DEFAULT_SOURCE
 
 console = Console(stderr=True)
-app = command_group(help="Policy folders from the models users hold: `tracerl model from-gguf FILE`.", no_args_is_help=True)
+app = command_group(
+    help="Policy folders from the models users hold (`tracerl model from-gguf FILE`), and models to take away "
+         "(`tracerl model merge BASE ADAPTER OUT`, `tracerl model to-gguf FOLDER OUT.gguf`).",
+    no_args_is_help=True,
+)
 
 
 @app.command("from-gguf")
@@ -50,6 +55,65 @@ def from_gguf(
     if not folder.template_renders_tools:
         console.print("[yellow]note:[/yellow] this chat template drops the tools an agent sends; add --chat-template hermes for a tool-using agent")
     typer.echo(str(folder.path))
+
+
+@app.command("merge")
+def merge(
+    base: Path = typer.Argument(..., help="The base model's Hugging Face folder (the one the adapter was trained on)."),
+    adapter: Path = typer.Argument(..., help="A PEFT LoRA adapter folder (adapter_config.json), e.g. a LoRA round's checkpoint."),
+    out: Path = typer.Argument(..., help="Folder to write: full weights, config, tokenizer and chat template."),
+    force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
+) -> None:
+    """Merge a LoRA adapter into its base: a full-weights folder vLLM, transformers or a GGUF converter take without LoRA.
+
+    peft's merge_and_unload; the merged model's logits must equal base+adapter's on a few
+    sequences before the folder is written (whole, or not at all). Prints the folder.
+    """
+    from tracerl.trainer.merge import MAX_MERGE_GAP, MergeError, merge_adapter
+
+    console.print(f"merging {adapter} into {base} (peft merge_and_unload, checked against base+adapter) ...")
+    try:
+        done = merge_adapter(base, adapter, out, force=force)
+    except MergeError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    console.print(
+        f"written: {done.architecture}, {done.parameters / 1e6:.1f}M parameters, {done.dtype}, tokenizer from the {done.tokenizer_from}; "
+        f"max abs logit diff to base+adapter over {done.sequences} sequences: {done.max_merge_gap:.3g} merged "
+        f"(bound {MAX_MERGE_GAP:g} x {done.logit_scale:.3g}), {done.max_written_gap:.3g} as written ({done.seconds:.1f} s)"
+    )
+    typer.echo(str(done.path))
+
+
+@app.command("to-gguf")
+def to_gguf(
+    folder: Path = typer.Argument(..., help="A Hugging Face model folder (Llama or Qwen2 architecture), or the base with --adapter."),
+    out: Path = typer.Argument(..., help="The .gguf file to write; an Ollama Modelfile is written beside it."),
+    type_: str = typer.Option("f16", "--type", help="Weights as f16, or q8_0 (8-bit blocks, about half the size)."),
+    adapter: Optional[Path] = typer.Option(None, "--adapter", help="A LoRA adapter to merge into FOLDER first (as `tracerl model merge`)."),
+    force: bool = typer.Option(False, "--force", help="Replace OUT (and the Modelfile beside it) if they exist."),
+) -> None:
+    """Write a GGUF that llama.cpp, Ollama and LM Studio run, and an Ollama Modelfile beside it.
+
+    The file is read back by transformers' GGUF loader before it is kept: same token ids, and
+    logits within a bound of the type (printed). Prints the file.
+    """
+    from tracerl.trainer.to_gguf import ToGgufError, export_gguf
+
+    console.print(f"writing {out} ({type_}{', merging ' + str(adapter) + ' first' if adapter else ''}; read back and checked) ...")
+    try:
+        done = export_gguf(folder, out, qtype=type_, adapter=adapter, force=force)
+    except ToGgufError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    if done.merged:
+        console.print(f"merged {adapter}: max abs logit diff to base+adapter {done.merged['max_merge_gap']:.3g}")
+    console.print(
+        f"written: {done.architecture}, {done.type}, {done.tensors} tensors, {done.bytes / 1e6:.1f} MB, pre-tokenizer {done.pre_tokenizer}; "
+        f"read back by transformers: same token ids, max abs logit diff {done.max_logit_gap:.3g} (bound {done.bound:.3g}); "
+        f"{done.modelfile.name}: chat template {done.template} ({done.seconds:.1f} s)"
+    )
+    typer.echo(str(done.path))
 
 
 def register(root: typer.Typer) -> None:
