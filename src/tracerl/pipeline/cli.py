@@ -16,6 +16,7 @@ from tracerl.core.commands import command_group
 from tracerl.pipeline.dataset_folder import MANIFEST
 from tracerl.pipeline.options import ADVANTAGES, CREDITS, EXPORTS, BuildOptions
 from tracerl.pipeline.source import PipelineInputError
+from tracerl.schemas import attributes as A
 from tracerl.schemas import environment as E
 
 app = command_group(no_args_is_help=True, help="Spans -> episodes -> training transitions.")
@@ -43,6 +44,11 @@ RewardsOpt = Annotated[
 WeightOpt = Annotated[
     Optional[list[str]], typer.Option("--reward-weight", help="NAME=WEIGHT, e.g. correctness=0.9 (repeatable).")
 ]
+EvaluationRewardsOpt = Annotated[bool, typer.Option(
+    "--evaluation-rewards/--no-evaluation-rewards",
+    help="Read OpenTelemetry gen_ai.evaluation.result events (log records or span events) with a score value as rewards named by their gen_ai.evaluation.name.")]
+EvaluationOpt = Annotated[Optional[list[str]], typer.Option(
+    "--evaluation", help="Only evaluation events of this gen_ai.evaluation.name become rewards (repeatable; default: every name).")]
 RulesOpt = Annotated[Optional[Path], typer.Option("--rules", help="JSON/TOML file of intermediate-reward rules.")]
 DefaultRulesOpt = Annotated[bool, typer.Option("--default-rules/--no-default-rules", help="Built-in intermediate-reward rules.")]
 TimeoutOpt = Annotated[float, typer.Option("--episode-timeout", help="Seconds of inactivity before an unfinished episode is processed as truncated.")]
@@ -65,14 +71,17 @@ def _weights(items: list[str] | None) -> dict[str, float]:
     return weights
 
 
-def _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout, policy=None) -> dict:
+def _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout, policy=None,
+               evaluation_rewards: bool = DEFAULTS.evaluation_rewards, evaluation: list[str] | None = None) -> dict:
     """BuildOptions fields of the selection options; a repeatable option not given is left to the dataclass."""
     from tracerl.pipeline.options import parse_policies
 
     options = {"agents": agents, "policy_versions": policy_versions, "default_rules": default_rules,
-               "episode_timeout_s": episode_timeout}
+               "episode_timeout_s": episode_timeout, "evaluation_rewards": evaluation_rewards}
     if split:
         options["splits"] = tuple(split)
+    if evaluation:
+        options["evaluations"] = tuple(evaluation)
     if rewards:
         options["rewards"] = tuple(str(r) for r in rewards)
     if reward_weight:
@@ -105,6 +114,8 @@ def build_dataset_cmd(
     policy_versions: VersionsOpt = DEFAULTS.policy_versions,
     rewards: RewardsOpt = None,
     reward_weight: WeightOpt = None,
+    evaluation_rewards: EvaluationRewardsOpt = DEFAULTS.evaluation_rewards,
+    evaluation: EvaluationOpt = None,
     rules: RulesOpt = DEFAULTS.rules,
     default_rules: DefaultRulesOpt = DEFAULTS.default_rules,
     episode_timeout: TimeoutOpt = DEFAULTS.episode_timeout_s,
@@ -132,7 +143,8 @@ def build_dataset_cmd(
     else:
         _fail(ValueError(f"--engine must be duckdb or ray, got {engine!r}"))
 
-    options = _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout, policy)
+    options = _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout, policy,
+                         evaluation_rewards, evaluation)
     if export:
         options["exports"] = tuple(export)
     options |= {"sft_min_reward": sft_min_reward, "dpo_min_margin": dpo_min_margin}
@@ -174,6 +186,8 @@ def doctor(
     policy_versions: VersionsOpt = DEFAULTS.policy_versions,
     rewards: RewardsOpt = None,
     reward_weight: WeightOpt = None,
+    evaluation_rewards: EvaluationRewardsOpt = DEFAULTS.evaluation_rewards,
+    evaluation: EvaluationOpt = None,
     rules: RulesOpt = DEFAULTS.rules,
     default_rules: DefaultRulesOpt = DEFAULTS.default_rules,
     episode_timeout: TimeoutOpt = DEFAULTS.episode_timeout_s,
@@ -183,7 +197,8 @@ def doctor(
     """Explain, with counts, why spans did (not) become transitions; takes build-dataset's selection options."""
     from tracerl.pipeline.doctor import diagnose
 
-    options = _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout, policy)
+    options = _selection(agents, split, policy_versions, rewards, reward_weight, rules, default_rules, episode_timeout, policy,
+                         evaluation_rewards, evaluation)
     try:
         with console.status("analysing spans"):
             report = diagnose(spans, BuildOptions(advantage=advantage, **options))
@@ -216,6 +231,7 @@ def judge(
     concurrency: Annotated[int, typer.Option("--concurrency", help="Judge calls in flight at once.")] = 4,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for one judge answer.")] = 120.0,
     episode_timeout: TimeoutOpt = DEFAULTS.episode_timeout_s,
+    evaluation_events: Annotated[bool, typer.Option("--evaluation-events/--no-evaluation-events", help="Also write the scores as OpenTelemetry gen_ai.evaluation.result events in logs/, parented to each episode's span, for trace viewers (never read back as rewards).")] = False,
 ) -> None:
     """Score unlabelled episodes with a judge model, each task's episodes relative to each other; write them as rewards."""
     from tracerl.pipeline.judge import JudgeOptions
@@ -227,7 +243,7 @@ def judge(
         options = JudgeOptions(
             url=judge_url, model=judge_model, api_key=api_key, reward_name=reward_name, splits=tuple(split or ()),
             max_group=max_group, max_prompt_chars=max_prompt_chars, max_calls=max_calls, concurrency=concurrency,
-            timeout_s=timeout, episode_timeout_s=episode_timeout, **({"rubric": text} if text else {}),
+            timeout_s=timeout, episode_timeout_s=episode_timeout, evaluation_events=evaluation_events, **({"rubric": text} if text else {}),
         )
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True) as bar:
@@ -242,6 +258,8 @@ def judge(
         f"{summary.scored} episode(s) scored, {summary.failed} failed, {skipped} skipped, {summary.already_judged} judged before "
         f"({summary.calls} judge call(s), {summary.groups} group(s)) -> {summary.rewards_file}; judgments: {summary.judgments_file}"
     )
+    if evaluation_events:
+        console.print(f"{summary.evaluation_events} {A.GEN_AI_EVALUATION_RESULT_EVENT} event(s) written to {summary.events_folder}")
     if summary.failed and not summary.scored:  # a judge that is down or misconfigured is an error, not a run with no news
         console.print(
             f"[red]error:[/red] none of the {summary.failed} episode(s) sent could be judged ({summary.commonest_failures()}). "

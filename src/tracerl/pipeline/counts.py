@@ -146,6 +146,12 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any], options: BuildOptions) -
         notes.append(f"{r['unmatched_episode']} reward(s) name an episode, trace, response or rollout not found in the spans")
     if r["without_value"]:
         notes.append(f"{r['without_value']} reward(s) without a numeric {A.REWARD_VALUE}")
+    from tracerl.pipeline.rewards import EVALUATION_PROBLEMS  # rewards imports this module
+
+    problems = {why: n for why, n in (r.get("evaluations_skipped") or {}).items() if why in EVALUATION_PROBLEMS}
+    if problems:
+        notes.append(f"{sum(problems.values())} {A.GEN_AI_EVALUATION_RESULT_EVENT} event(s) not taken as rewards: "
+                     + "; ".join(f"{n} x {EVALUATION_PROBLEMS[why]}" for why, n in problems.items()))
     if r["ignored_by_weights"]:
         notes.append(f"{r['ignored_by_weights']} reward(s) ignored: their name has no --reward-weight")
     if c["episodes"]["truncated"]:

@@ -12,7 +12,9 @@ worker writes its group's lines before it sends another, so a kill loses at most
 ``concurrency`` groups. The scores are written as late rewards, ``rewards/NAME.parquet``
 (episode_id, name, value, plus the provenance columns), which ``build-dataset``, ``doctor``
 and the report read like any other rewards of the data dir; the judge's outcomes are counted
-by doctor (``judgments``).
+by doctor (``judgments``). With ``evaluation_events`` (opt-in) the scored verdicts are also
+written as OpenTelemetry ``gen_ai.evaluation.result`` events in ``logs/``, parented to each
+episode's span, for trace viewers (:mod:`tracerl.pipeline.judge_events`).
 
 Rules, each with its count in the summary:
 
@@ -63,6 +65,7 @@ from tracerl.pipeline.build import analyze
 from tracerl.pipeline.judge_prompt import (
     DEFAULT_RUBRIC, JudgeAnswerError, content_sha256, judge_messages, parse_scores, prompt_chars, rubric_sha256, transcript,
 )
+from tracerl.pipeline.judge_events import EvaluatedSpan, evaluated_spans, write_evaluation_events
 from tracerl.pipeline.judgment_log import CacheKey, JudgmentLog, endpoint, still_stands
 from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.source import PipelineInputError
@@ -94,6 +97,8 @@ class JudgeOptions:
     timeout_s: float = 120.0
     max_tokens: int = 1024
     episode_timeout_s: float = 3600.0
+    # also write the scored verdicts as gen_ai.evaluation.result events in logs/ (src/tracerl/pipeline/judge_events.py)
+    evaluation_events: bool = False
 
     def __post_init__(self) -> None:
         if self.max_group < 1 or self.concurrency < 1:
@@ -117,6 +122,8 @@ class JudgeSummary:
     tied_groups: int = 0
     rewards_file: str = ""
     judgments_file: str = ""
+    evaluation_events: int = 0  # gen_ai.evaluation.result events written by this run
+    events_folder: str = ""  # where: the logs/ beside rewards/ (with evaluation_events on)
 
     def commonest_failures(self) -> str:
         """The three commonest reasons of failure with their episodes, e.g. ``4 x HTTP 503: ...``."""
@@ -178,9 +185,10 @@ _FINAL_TOOLS_SQL = f"""
 """
 
 
-def _episodes(spans: str, options: JudgeOptions) -> list[_Episode]:
+def _episodes(spans: str, options: JudgeOptions) -> tuple[list[_Episode], dict[str, EvaluatedSpan]]:
     """The finished episodes (of ``options.splits``) with their turns, judge calls left out, and the
-    outcome of tools that ran after their last call."""
+    outcome of tools that ran after their last call; with ``options.evaluation_events``, the span each
+    episode's verdict event is parented to."""
     analysis = analyze(spans, BuildOptions(splits=options.splits, episode_timeout_s=options.episode_timeout_s, default_rules=False))
     try:
         calls = analysis.con.sql(
@@ -188,6 +196,7 @@ def _episodes(spans: str, options: JudgeOptions) -> list[_Episode]:
         ).to_arrow_table()
         calls = call_messages(analysis.con, analysis.files, calls)
         outcomes = analysis.con.execute(_FINAL_TOOLS_SQL).fetchall()
+        evaluated = evaluated_spans(analysis.con) if options.evaluation_events else {}
     finally:
         analysis.con.close()
     final_tools: dict[str, list[dict[str, str]]] = {}
@@ -202,7 +211,7 @@ def _episodes(spans: str, options: JudgeOptions) -> list[_Episode]:
         rows = sorted(by_episode[episode_id], key=lambda r: (r["start_ns"], r["span_id"]))
         turns = transcript([(r["input_messages"], r["output_messages"]) for r in rows]) + final_tools.get(episode_id, [])
         episodes.append(_Episode(episode_id, rows[0]["task_id"], turns))
-    return episodes
+    return episodes, evaluated
 
 
 def _fits(episodes: list[_Episode], options: JudgeOptions) -> bool:
@@ -398,7 +407,8 @@ def judge(spans: str, options: JudgeOptions, out: str | Path | None = None, prog
     previous, unkeyed = log.latest(key), log.unkeyed(key)
     todo: dict[str | None, list[_Episode]] = {}
     skipped: list[dict[str, Any]] = []
-    for episode in _episodes(str(spans), options):
+    episodes, evaluated = _episodes(str(spans), options)
+    for episode in episodes:
         if still_stands(previous.get(episode.episode_id), episode.content_sha256, options.max_prompt_chars):
             summary.already_judged += 1
             continue
@@ -445,4 +455,7 @@ def judge(spans: str, options: JudgeOptions, out: str | Path | None = None, prog
     judge_client.client.close()
     summary.calls = judge_client.calls
     write_rewards(log, rewards_path, options, key)
+    if options.evaluation_events:
+        summary.events_folder = str(folder / "logs")
+        summary.evaluation_events = write_evaluation_events(folder, list(log.latest(key).values()), options.reward_name, evaluated)
     return summary

@@ -24,6 +24,8 @@ from tracerl.schemas.logs import LOGS_SCHEMA
 _DETAILS = sql_str(A.GEN_AI_OPERATION_DETAILS_EVENT)
 _ROLES = "MAP {" + ", ".join(f"{sql_str(event)}: {sql_str(role)}" for event, role in A.GEN_AI_MESSAGE_EVENTS.items()) + "}"
 CONTENT_EVENTS = sql_list([A.GEN_AI_OPERATION_DETAILS_EVENT, A.GEN_AI_CHOICE_EVENT, *A.GEN_AI_MESSAGE_EVENTS])
+# every GenAI event some stage reads: content here, evaluation results in src/tracerl/pipeline/rewards.py
+KNOWN_EVENTS = sql_list([A.GEN_AI_OPERATION_DETAILS_EVENT, A.GEN_AI_CHOICE_EVENT, *A.GEN_AI_MESSAGE_EVENTS, A.GEN_AI_EVALUATION_RESULT_EVENT])
 
 
 def _details(side: str) -> str:
@@ -36,7 +38,8 @@ def build_log_content(con: duckdb.DuckDBPyConnection, log_files: list[str], keep
 
     Table ``log_records``: every GenAI event record (``gen_ai.*``), kept so that doctor can count
     the content records without a span id, those whose span never arrived, and events of a
-    name this stage does not read (a later version of the conventions): counted, never guessed at.
+    name no stage reads (a later version of the conventions): counted, never guessed at. The
+    rewards stage reads its ``gen_ai.evaluation.result`` records (``scope_name`` tells the judge's own).
     ``keep``: a condition on a record (a bucket keeps those of its own traces).
     """
     source = (
@@ -47,7 +50,7 @@ def build_log_content(con: duckdb.DuckDBPyConnection, log_files: list[str], keep
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE log_records AS
-        SELECT trace_id, span_id, event_name, body, attributes, time_unix_nano, filename, file_row_number
+        SELECT trace_id, span_id, event_name, body, attributes, time_unix_nano, scope_name, filename, file_row_number
         FROM {source} WHERE starts_with(event_name, 'gen_ai.') AND {keep}
         """
     )
@@ -98,6 +101,6 @@ def counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         ),
         # GenAI events of a name no stage reads (a newer conventions version): by name
         "unknown_events": grouped(
-            con, f"SELECT event_name, count(*) FROM log_records WHERE event_name NOT IN {CONTENT_EVENTS} GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 10"
+            con, f"SELECT event_name, count(*) FROM log_records WHERE event_name NOT IN {KNOWN_EVENTS} GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 10"
         ),
     }}

@@ -161,7 +161,9 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
                {picked},
                {_content_layout_sql(at)} AS content_layout,
                {_content_problem_sql(at)} AS content_problem,
-               CASE WHEN events LIKE '%"{A.REWARD_EVENT_NAME}"%' THEN events END AS reward_events,
+               -- the events of a span that holds reward events: tracerl's, or evaluation results (rewards.py)
+               CASE WHEN events LIKE '%"{A.REWARD_EVENT_NAME}"%' OR events LIKE '%"{A.GEN_AI_EVALUATION_RESULT_EVENT}"%'
+                    THEN events END AS reward_events,
                file_index, file_row
         FROM (SELECT *, json_extract_string(attributes, {paths}) AS x FROM raw_spans)
         LEFT JOIN (SELECT trace_id, span_id, true AS has_log_content FROM log_content) USING (trace_id, span_id)

@@ -81,6 +81,12 @@ class BuildOptions:
     policy_versions: str | None = None
     rewards: tuple[str, ...] = ()
     reward_weights: dict[str, float] = field(default_factory=dict)
+    # gen_ai.evaluation.result events (OpenTelemetry GenAI conventions) with a score value are rewards named by
+    # their gen_ai.evaluation.name, on by default like every other reward an episode's telemetry records (an
+    # evaluator's score is one someone chose to attach to this trace; --reward-weight weighs or drops it by
+    # name, and the counts show it as source "evaluation"); off: none is read; evaluations: only these names
+    evaluation_rewards: bool = True
+    evaluations: tuple[str, ...] = ()
     rules: str | None = None
     default_rules: bool = True
     episode_timeout_s: float = 3600.0

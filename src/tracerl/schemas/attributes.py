@@ -17,6 +17,12 @@ PROMPT_TOKEN_IDS = "tracerl.llm.prompt_token_ids"
 COMPLETION_TOKEN_IDS = "tracerl.llm.completion_token_ids"
 COMPLETION_LOGPROBS = "tracerl.llm.completion_logprobs"
 POLICY_VERSION = "tracerl.policy.version"
+# Of an LLM call made through the OpenAI Responses API (src/tracerl/instrumentation/responses_api.py):
+# LLM_API says so, and PREVIOUS_RESPONSE_ID names the response it continued (its request's
+# previous_response_id: the pipeline puts that conversation's earlier turns before the call's input)
+LLM_API = "tracerl.llm.api"
+LLM_API_RESPONSES = "responses"
+PREVIOUS_RESPONSE_ID = "tracerl.llm.previous_response_id"
 
 REWARD_SPAN_NAME = "tracerl.reward"
 REWARD_EVENT_NAME = "tracerl.reward"
@@ -62,6 +68,27 @@ GEN_AI_OPERATION_DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 GEN_AI_MESSAGE_EVENTS = {"gen_ai.system.message": "system", "gen_ai.user.message": "user",
                          "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool"}
 GEN_AI_CHOICE_EVENT = "gen_ai.choice"  # body {index, finish_reason, message: {content, tool_calls}}
+# The evaluation event: a verdict on a GenAI operation (an evaluator's, or `tracerl pipeline judge`'s).
+# Names as OpenTelemetry semantic conventions v1.41.0 define them (docs/gen-ai/gen-ai-events.md,
+# model/gen-ai/events.yaml and model/gen-ai/registry.yaml of open-telemetry/semantic-conventions; the
+# GenAI conventions have since moved to open-telemetry/semantic-conventions-genai, same names):
+# event `gen_ai.evaluation.result`, "SHOULD be parented to GenAI operation span being evaluated when
+# possible or set `gen_ai.response.id` when span id is not available"; attributes gen_ai.evaluation.name
+# (string, required), gen_ai.evaluation.score.value (double, conditionally required "if applicable"),
+# gen_ai.evaluation.score.label (string, conditionally required "if applicable"),
+# gen_ai.evaluation.explanation (string, recommended), gen_ai.response.id (recommended "when available"),
+# error.type (conditionally required "if the operation ended in an error"). Status: development.
+# As a log record (the Logs/Events API: event_name, the evaluated span's trace and span id on the record)
+# or as a span event on the evaluated span (span.add_event): the pipeline reads both
+# (src/tracerl/pipeline/rewards.py); a score value is a reward named by gen_ai.evaluation.name.
+GEN_AI_EVALUATION_RESULT_EVENT = "gen_ai.evaluation.result"
+GEN_AI_EVALUATION_NAME = "gen_ai.evaluation.name"
+GEN_AI_EVALUATION_SCORE_VALUE = "gen_ai.evaluation.score.value"
+GEN_AI_EVALUATION_SCORE_LABEL = "gen_ai.evaluation.score.label"
+GEN_AI_EVALUATION_EXPLANATION = "gen_ai.evaluation.explanation"
+# the instrumentation scope of the evaluation events `tracerl pipeline judge --evaluation-events` writes:
+# the pipeline never reads them as rewards (the judge's rewards file, rewards/NAME.parquet, holds them)
+JUDGE_EVENTS_SCOPE = "tracerl.pipeline.judge"
 GEN_AI_REQUEST_TEMPERATURE = "gen_ai.request.temperature"
 GEN_AI_REQUEST_TOP_P = "gen_ai.request.top_p"
 GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
