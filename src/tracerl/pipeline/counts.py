@@ -16,6 +16,19 @@ import duckdb
 from tracerl.pipeline.options import GROUP_ADVANTAGES, BuildOptions
 from tracerl.schemas import attributes as A
 
+# Why an evaluation event is not a reward (pipeline.rewards decides, first match wins; the
+# warnings here name the problems). The first three are choices (the
+# judge's own events, whose scores its rewards file already holds; the source switched off; a
+# name not selected); the rest are the event's problems, which the build's warnings name.
+EVALUATION_CHOICES = ("tracerl_judge", "off", "not_selected")
+EVALUATION_PROBLEMS = {
+    "no_name": f"no {A.GEN_AI_EVALUATION_NAME} (the conventions require it)",
+    "error": f"the evaluation failed ({A.ERROR_TYPE} set)",
+    "label_only": f"a {A.GEN_AI_EVALUATION_SCORE_LABEL} but no {A.GEN_AI_EVALUATION_SCORE_VALUE}: a label is no number to train on",
+    "no_score": f"neither {A.GEN_AI_EVALUATION_SCORE_VALUE} nor a label",
+    "not_a_number": f"a {A.GEN_AI_EVALUATION_SCORE_VALUE} that is not a finite number",
+}
+
 
 def scalar(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
     """The one value ``sql`` returns."""
@@ -92,6 +105,8 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any], options: BuildOptions) -
         "episode_no_reward": f"LLM call(s) in episodes with no reward (emit {A.REWARD_SPAN_NAME} or pass --rewards)",
         "already_processed": "LLM call(s) in episodes an earlier incremental run already processed",
         "judge_call": f"LLM call(s) of the judge (agent {A.JUDGE_AGENT}), never policy calls",
+        "previous_response_unresolved": f"Responses API call(s) without token ids whose {A.PREVIOUS_RESPONSE_ID} names "
+                                        "no call of their episode: their prompt cannot be rebuilt without the earlier turns",
     }
     for reason, n in c["llm_calls"]["skipped"].items():
         notes.append(f"{n} {labels.get(reason, reason)}")
@@ -99,6 +114,11 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any], options: BuildOptions) -
         notes.append(f"{c['llm_calls']['retokenized']} transition(s) have token ids rebuilt from their messages with "
                      f"--retokenize {options.retokenize} (token_source = '{A.TOKEN_SOURCE_RETOKENIZED}'): they may differ from "
                      "the tokens the policy sampled")
+    unresolved = (c["llm_calls"].get("response_chains") or {}).get("previous_unresolved")
+    if unresolved:
+        notes.append(f"{unresolved} Responses API transition(s) continue a response ({A.PREVIOUS_RESPONSE_ID}) that is no "
+                     "transition of their episode: their token ids are the server's, but their input_messages hold "
+                     "only their own turn")
     if c["llm_calls"].get("wrong_policy"):
         notes.append("calls routed to the wrong policy, as agent -> the model that served them: "
                      + "; ".join(f"{n} x {route}" for route, n in c["llm_calls"]["wrong_policy"].items())
@@ -146,8 +166,6 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any], options: BuildOptions) -
         notes.append(f"{r['unmatched_episode']} reward(s) name an episode, trace, response or rollout not found in the spans")
     if r["without_value"]:
         notes.append(f"{r['without_value']} reward(s) without a numeric {A.REWARD_VALUE}")
-    from tracerl.pipeline.rewards import EVALUATION_PROBLEMS  # rewards imports this module
-
     problems = {why: n for why, n in (r.get("evaluations_skipped") or {}).items() if why in EVALUATION_PROBLEMS}
     if problems:
         notes.append(f"{sum(problems.values())} {A.GEN_AI_EVALUATION_RESULT_EVENT} event(s) not taken as rewards: "

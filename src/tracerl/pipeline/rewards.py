@@ -27,17 +27,6 @@ SECONDARY_SOURCE = "dimension"
 EVALUATION_SOURCE = "evaluation"  # a gen_ai.evaluation.result event's score
 OUTCOME_SOURCES = ("span", "event", "late", SECONDARY_SOURCE, EVALUATION_SOURCE)
 
-# Why an evaluation event is not a reward, first match wins. The first three are choices (the
-# judge's own events, whose scores its rewards file already holds; the source switched off; a
-# name not selected); the rest are the event's problems, which the build's warnings name.
-EVALUATION_CHOICES = ("tracerl_judge", "off", "not_selected")
-EVALUATION_PROBLEMS = {
-    "no_name": f"no {A.GEN_AI_EVALUATION_NAME} (the conventions require it)",
-    "error": f"the evaluation failed ({A.ERROR_TYPE} set)",
-    "label_only": f"a {A.GEN_AI_EVALUATION_SCORE_LABEL} but no {A.GEN_AI_EVALUATION_SCORE_VALUE}: a label is no number to train on",
-    "no_score": f"neither {A.GEN_AI_EVALUATION_SCORE_VALUE} nor a label",
-    "not_a_number": f"a {A.GEN_AI_EVALUATION_SCORE_VALUE} that is not a finite number",
-}
 
 
 def _field(key: str) -> str:
@@ -55,7 +44,7 @@ def build_evaluations(con: duckdb.DuckDBPyConnection, enabled: bool = True, name
     else the span it is parented to (an agent's or the episode's span: the last call ended by then),
     else its trace's episode (time NULL: the episode's end). ``skipped`` is NULL for an event that
     becomes a reward (``value``: its ``gen_ai.evaluation.score.value``, named by
-    ``gen_ai.evaluation.name``), else the reason (:data:`EVALUATION_CHOICES`, :data:`EVALUATION_PROBLEMS`).
+    ``gen_ai.evaluation.name``), else the reason (:data:`tracerl.pipeline.counts.EVALUATION_CHOICES`, :data:`~tracerl.pipeline.counts.EVALUATION_PROBLEMS`).
     ``enabled`` and ``names`` are the build's ``evaluation_rewards`` and ``evaluations`` options.
     """
     event = sql_str(A.GEN_AI_EVALUATION_RESULT_EVENT)
