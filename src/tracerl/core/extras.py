@@ -16,6 +16,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     # `tracerl train` alone: a GPU training node reads a dataset folder and trains, nothing more
     "torch": ("torch", "transformers"),
     "ray": ("ray",),  # `pipeline build-dataset --engine ray`
+    "trackers": ("tensorboard", "mlflow", "wandb", "trackio"),  # --report-to (src/tracerl/trainer/trackers.py)
 }
 EXTRAS["train"] = (*EXTRAS["collector"], *EXTRAS["pipeline"], *EXTRAS["torch"], "pydantic", "openai")
 

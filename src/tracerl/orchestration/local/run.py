@@ -21,7 +21,9 @@ The endpoint is tracerl's built-in server or ``vllm serve`` (``LocalConfig.serve
 started on the starting policy for the whole run.
 
 Round 0 evaluates the starting policy before any training. Metrics go to
-``OUT/metrics.jsonl`` and the reward curve to ``OUT/reward_curve.png``.
+``OUT/metrics.jsonl`` and the reward curve to ``OUT/reward_curve.png``; with ``--report-to``, both
+to the trackers named too (:mod:`tracerl.trainer.trackers`: the row at step = the round, the curve
+as an image), and the run's config once.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from tracerl.pipeline.options import check_policies
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.schemas import environment as E
 from tracerl.trainer.publish import BuiltinServer, PublishError, PublishTarget, VllmLora, VllmReload
+from tracerl.trainer.trackers import RECORD_FILE, TrackerError, TrackerRun, check_trackers, open_trackers
 from tracerl.trainer.serving.vllm_process import VllmOptions
 from tracerl.trainer.training.backend import PolicyGradientTrainer
 from tracerl.trainer.training.backends import load_trainer
@@ -384,6 +387,10 @@ def run_local(
     metrics_path.write_text("")
     cfg = training_setup(cfg)
     check_setup(cfg, endpoint)
+    try:
+        check_trackers(cfg.train.report_to)  # a package missing: said before round 0
+    except TrackerError as exc:
+        raise LocalSetupError(str(exc)) from None
     phase(0, "preparing the starting policy")
     start = Path(cfg.model) if cfg.model else starting_policy(recipe, cfg.seed, cfg.data)
     lora = lora_policy(start, cfg)
@@ -397,7 +404,10 @@ def run_local(
     replay_on = cfg.replay if cfg.replay is not None else not cfg.model
     agent_models = {agent: name for name, agents in cfg.policies.items() for agent in agents}
     rows: list[dict] = []
-    with nullcontext(endpoint) if endpoint else policy_endpoint(cfg.server, start, cfg.tool_call_parser, cfg.vllm, lora, names) as served:
+    at = [0]  # the round a tracker's warning is said in
+    tracker_run = TrackerRun(out.resolve().name, out, out / RECORD_FILE)
+    with (open_trackers(cfg.train.report_to, tracker_run, {"recipe": recipe.name, **asdict(cfg)}, warn=lambda text: phase(at[0], f"warning: {text}"))
+          as trackers, nullcontext(endpoint) if endpoint else policy_endpoint(cfg.server, start, cfg.tool_call_parser, cfg.vllm, lora, names) as served):
         policies = []
         for name in names:
             trainer = load_trainer(cfg.backend, start, cfg.train, cfg.openrlhf)
@@ -416,7 +426,7 @@ def run_local(
             for p in policies
         }
         for rnd in range(cfg.rounds + 1):
-            t0, clock = time.time(), PhaseClock()
+            t0, clock, at[0] = time.time(), PhaseClock(), rnd
             round_dir = out / "rounds" / f"{rnd:03d}"
             round_dir.mkdir(parents=True, exist_ok=True)
             tasks_file = round_dir / "tasks.jsonl"
@@ -472,7 +482,9 @@ def run_local(
             rows.append(row)
             with metrics_path.open("a", encoding="utf-8") as handle:
                 handle.write(json.dumps(row) + "\n")
+            trackers.log(row, step=rnd)
             plot_reward_curve(rows, out / "reward_curve.png", recipe.title)
+            trackers.log_artifact(out / "reward_curve.png", step=rnd)
     (out / "config.json").write_text(json.dumps({"recipe": recipe.name, **asdict(cfg)}, default=str, indent=2))
     return rows
 

@@ -78,6 +78,12 @@ def _config_from_options(config: Path | None, **options: Any) -> RoundConfig:
         raise RoundConfigError(f"{exc.param_hint}: {exc.message}") from None
     cfg = dataclasses.replace(cfg, backend=backend, train=train, openrlhf=openrlhf)
     cfg.check_servable()
+    from tracerl.trainer.trackers import TrackerError, check_trackers
+
+    try:
+        check_trackers(cfg.train.report_to)  # a package missing: exit 2 saying what to install, before any round
+    except TrackerError as exc:
+        raise RoundConfigError(str(exc)) from None
     return cfg
 
 

@@ -18,6 +18,7 @@
 
     [train]                                        # TrainConfig fields (tracerl train)
     learning_rate = 1e-5
+    report_to = ["mlflow", "tensorboard"]          # trackers each trained round reports to (--report-to); one run across rounds
 
     [openrlhf]                                     # OpenRLHFOptions fields, with backend = "openrlhf"
     zero_stage = 2

@@ -9,6 +9,8 @@ The state folder (``RoundConfig.state``)::
     STATE/registry.json          the recorded versions (:mod:`tracerl.orchestration.registry`)
     STATE/metrics.jsonl          one row per trained version, from the registry (the report's --runs)
     STATE/report.html            refreshed after each round
+    STATE/trackers.json          with [train] report_to: each tracker's run id, continued by every round
+    STATE/tensorboard/NAME/      with report_to tensorboard: its event files (NAME: the state folder's)
 
 **Watermark.** An episode is built once: the incremental build skips episodes already in
 ``STATE/dataset`` (the pipeline's own watermark). A round trains on the dataset files that
@@ -31,6 +33,7 @@ last one left, under the lock:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -51,6 +54,7 @@ from tracerl.orchestration.rounds.gate import gate
 from tracerl.orchestration.release import release
 from tracerl.orchestration.registry import REGISTRY_FILE, PolicyRegistry, VersionEntry, episode_entries, utc_now
 from tracerl.trainer.publish import PublishError
+from tracerl.trainer.trackers import RECORD_FILE, TrackerError, TrackerRun, open_trackers
 from tracerl.trainer.training.checkpoint import CHECKPOINT_MANIFEST_FILE, read_checkpoint_manifest
 
 
@@ -139,9 +143,14 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
         def on_analysis(analysis: Any) -> None:
             figures.update(analysis_figures(analysis))
 
+    rows: dict[str | None, tuple[int, dict[str, Any]]] = {}  # policy (None: the only one) -> the version it made, its metrics row
     if not config.policies:
-        summary = policy_round(config, StateFolder(config.state), None, on_phase, should_stop, on_analysis)
-        _report(config, StateFolder(config.state), summary, on_phase, should_stop, figures)
+        state = StateFolder(config.state)
+        summary = policy_round(config, state, None, on_phase, should_stop, on_analysis, on_row=lambda v, row: rows.update({None: (v, row)}))
+        try:
+            _report(config, state, summary, on_phase, should_stop, figures)
+        finally:
+            _track(config, rows, state.report, on_phase)
         return summary
     from tracerl.pipeline import build_dataset
 
@@ -153,13 +162,39 @@ def run_round(config: RoundConfig, *, on_phase: Callable[[str], None] = lambda p
         build_dataset(config.spans, root.dataset, on_analysis=on_analysis, **_build_options(config))
     for name in config.policies:
         try:
-            one = policy_round(config, StateFolder(config.state / name, root.dataset), name, lambda phase: on_phase(f"{name}: {phase}"), should_stop)
+            one = policy_round(config, StateFolder(config.state / name, root.dataset), name, lambda phase: on_phase(f"{name}: {phase}"), should_stop,
+                               on_row=lambda v, row, name=name: rows.update({name: (v, row)}))
             summary.policies[name] = one.as_dict()
         except RoundFailed as exc:
             summary.policies[name] = {"status": exc.status, "reason": str(exc)}
     summary.status = max((p["status"] for p in summary.policies.values()), key=_SEVERITY.index)
-    _report(config, root, summary, on_phase, should_stop, figures)
+    try:
+        _report(config, root, summary, on_phase, should_stop, figures)
+    finally:
+        _track(config, rows, root.report, on_phase)
     return summary
+
+
+def _track(config: RoundConfig, rows: dict[str | None, tuple[int, dict[str, Any]]], report: Path, on_phase: Callable[[str], None]) -> None:
+    """The round's metrics rows to ``[train] report_to``'s trackers, and the report refreshed by it: the row at step = the
+    version it made (several policies: their rows as ``policies/NAME/...``, at the newest of their versions). Opened only
+    by a round that made a version (an idle one every minute opens nothing), continuing the run ``STATE/trackers.json``
+    names: one run across the rounds' processes, the config logged by the first. A tracker never fails the round."""
+    if not config.train.report_to or not rows:
+        return
+    step = max(version for version, _ in rows.values())
+    row = rows[None][1] if None in rows else {"policies": {name: r for name, (_, r) in rows.items()}}
+    warn = lambda text: on_phase(f"warning: {text}")  # noqa: E731
+    run = TrackerRun(config.state.name, config.state, config.state / RECORD_FILE, resume=True)
+    try:
+        trackers = open_trackers(config.train.report_to, run, dataclasses.asdict(config), warn=warn)
+    except TrackerError as exc:  # checked when the options were read; installed away since
+        warn(str(exc))
+        return
+    with trackers:
+        trackers.log(row, step)
+        if config.report and report.exists():
+            trackers.log_artifact(report, step)
 
 
 def _report(config: RoundConfig, state: StateFolder, summary: RoundSummary, on_phase: Callable[[str], None],
@@ -181,9 +216,10 @@ def _report(config: RoundConfig, state: StateFolder, summary: RoundSummary, on_p
 
 
 def policy_round(config: RoundConfig, state: StateFolder, policy: str | None, on_phase: Callable[[str], None],
-                 should_stop: Callable[[], bool], on_analysis: Callable[[Any], None] | None = None) -> RoundSummary:
+                 should_stop: Callable[[], bool], on_analysis: Callable[[Any], None] | None = None,
+                 on_row: Callable[[int, dict[str, Any]], None] | None = None) -> RoundSummary:
     """One policy's round in ``state`` (``policy`` None: the only one, which builds the dataset itself, giving
-    ``on_analysis`` its analysis)."""
+    ``on_analysis`` its analysis); ``on_row`` gets the version it recorded and its ``metrics.jsonl`` row."""
     from tracerl.pipeline import build_dataset
 
     state.remove_partials()
@@ -255,14 +291,16 @@ def policy_round(config: RoundConfig, state: StateFolder, policy: str | None, on
     except PublishError as exc:
         raise RoundFailed("publish_failed", f"version {version} ({checkpoint}) not published: {exc}") from exc
     summary.published = recorded["published"]
-    write_metrics(registry, state.metrics)
+    rows = write_metrics(registry, state.metrics)
     summary.status = "held" if held else "trained"
+    if on_row:
+        on_row(version, next(r for r in rows if r["round"] == version and not r.get(A.RUN_METRICS_SET_ASIDE)))
     return summary
 
 
-def write_metrics(registry: PolicyRegistry, path: Path) -> None:
+def write_metrics(registry: PolicyRegistry, path: Path) -> list[dict[str, Any]]:
     """``metrics.jsonl`` (what ``tracerl report --runs`` shows): one row per trained version, then one per
-    round set aside (``set_aside``: true, its reason); whole or not at all."""
+    round set aside (``set_aside``: true, its reason); whole or not at all. Returns the rows."""
     rows = []
     for entry in registry.entries():
         if entry["kind"] != "trained":
@@ -271,6 +309,7 @@ def write_metrics(registry: PolicyRegistry, path: Path) -> None:
                      **(entry.get("metrics") or {}), **{f"{k}_seconds": v for k, v in (entry.get("seconds") or {}).items()}})
     rows += [{A.RUN_METRICS_SET_ASIDE: True, "round": r["round"], "episodes": r["episodes"], "reason": r["reason"], "at": r["at"]} for r in registry.skipped()]
     write_atomic(path, "".join(json.dumps(row) + "\n" for row in rows))
+    return rows
 
 
 def _phase_clock(summary: RoundSummary, on_phase: Callable[[str], None], should_stop: Callable[[], bool]) -> PhaseClock:

@@ -53,6 +53,12 @@ def train(
     from tracerl.trainer.training.model_folder import ModelFolderError, inspect_policy_folder
 
     backend, config, options = training.apply(BACKENDS[0], TrainConfig(seed=seed), OpenRLHFOptions())
+    from tracerl.trainer.trackers import TrackerError, check_trackers
+
+    try:
+        check_trackers(config.report_to)  # a package missing: said now, not after the training
+    except TrackerError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--report-to") from None
     try:
         inspect_policy_folder(model)
     except ModelFolderError as exc:
@@ -83,12 +89,32 @@ def train(
             published = publish(checkpoint, target, version)
         except PublishError as exc:
             console.print(f"[red]not published:[/red] {exc}")
+            report(config.report_to, out, manifest, result, server=server)
             typer.echo(json.dumps(result))
             raise typer.Exit(1) from exc
         write_checkpoint_manifest(checkpoint, {**manifest, "policy_version": published.policy_version})
         result["policy_version"] = published.policy_version
         result["publish_seconds"] = published.seconds
+    report(config.report_to, out, manifest, result, server=server)
     typer.echo(json.dumps(result))
+
+
+def report(trackers: tuple[str, ...], out: Path, manifest: dict, result: dict, **more: object) -> None:
+    """The pass to ``--report-to``'s trackers: its config and options, then its result row at step = the version it
+    was announced as (else its parent's + 1, else 0). One run per pass, named after ``--out``; TensorBoard's
+    event files go to ``OUT/../tensorboard/NAME``, so one ``--logdir`` shows the passes of a folder together."""
+    if not trackers:
+        return
+    from tracerl.trainer.trackers import TrackerRun, open_trackers
+
+    parent = manifest.get("parent_version")
+    step = result.get("policy_version", manifest.get("policy_version"))
+    step = step if step is not None else (parent + 1 if parent is not None else 0)
+    config = {"out": str(out.resolve()), "model": manifest.get("parent"), "dataset": manifest.get("dataset", {}).get("path"),
+              "backend": manifest.get("backend"), "version": manifest.get("policy_version"), **more, "train": manifest.get("config")}
+    run = TrackerRun(out.resolve().name, out.resolve().parent)
+    with open_trackers(trackers, run, config) as opened:
+        opened.log({k: v for k, v in result.items() if k != "checkpoint"}, step)
 
 
 def register(app: typer.Typer) -> typer.Typer:

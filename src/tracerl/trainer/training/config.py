@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tracerl.trainer.trackers import parse_report_to
+
 # `--backend`: the first is the default
 BACKENDS = ("torch", "openrlhf")
 
@@ -49,6 +51,12 @@ class TrainConfig:
     logprob_chunk: int = 1024  # tokens of a micro-batch whose logits exist at once (logprobs.py)
     lora_rank: int = 0  # > 0: train (and save) a LoRA adapter instead of the full weights
     lora_alpha: int = 16
+    # experiment trackers the driver reports each round to (tracerl.trainer.trackers): Hugging Face's report_to,
+    # given as "mlflow,wandb" or a list; () and "none": none; "all": every one installed
+    report_to: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.report_to = parse_report_to(self.report_to)  # an unknown name: ValueError naming the known ones
 
 
 # A forward and backward of SmolLM2-135M in float32 on CPU hold ~1.2 MB of activations a token (measured:

@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 import typer
 
+from tracerl.trainer.trackers import parse_report_to
 from tracerl.trainer.training.config import BACKENDS, FULL_WEIGHTS_LEARNING_RATE, LORA_LEARNING_RATE, OpenRLHFOptions, TrainConfig
 
 # option name -> (TrainConfig or OpenRLHFOptions field, typer.Option); every default None: "not given"
@@ -47,6 +48,10 @@ _OPTIONS: dict[str, tuple[str | None, Any, Any]] = {
     "logprob_chunk": ("logprob_chunk", Optional[int], typer.Option(None, "--logprob-chunk", min=1, help="Tokens of a micro-batch whose logits exist at once (bounds the output head's memory).")),
     "lora_rank": ("lora_rank", Optional[int], typer.Option(None, "--lora-rank", min=0, help="Train a LoRA adapter of this rank instead of the full weights.")),
     "lora_alpha": ("lora_alpha", Optional[int], typer.Option(None, "--lora-alpha", min=1, help="LoRA scale numerator.")),
+    "report_to": ("report_to", Optional[str], typer.Option(
+        None, "--report-to", metavar="TRACKERS",
+        help="Report each round's metrics, the config and the reward curve to these trackers: comma-separated mlflow, tensorboard, "
+             "trackio, wandb; all (every one installed) or none (the default). pip install 'tracerl[trackers]'.")),
     "zero_stage": ("zero_stage", Optional[int], typer.Option(None, "--zero-stage", min=0, max=3, help="openrlhf: DeepSpeed ZeRO stage (default 2).")),
     "adam_offload": ("adam_offload", Optional[bool], typer.Option(
         None, "--adam-offload/--no-adam-offload", help="openrlhf: keep Adam's moments and fp32 weights in host memory (full weights of a 7B model on one GPU).")),
@@ -79,6 +84,11 @@ class TrainingOverrides:
                 raise typer.BadParameter(f"{flags} are options of --backend openrlhf", param_hint="--backend")
         if given.get("dtype") not in (None, "bf16", "fp16", "fp32"):
             raise typer.BadParameter(f"{given['dtype']!r}: use bf16, fp16 or fp32", param_hint="--dtype")
+        if "report_to" in given:
+            try:
+                given["report_to"] = parse_report_to(given["report_to"])
+            except ValueError as exc:
+                raise typer.BadParameter(str(exc), param_hint="--report-to") from None
         train_fields = {f for f in TrainConfig.__dataclass_fields__}
         config = replace(config, **{_OPTIONS[n][0]: v for n, v in given.items() if _OPTIONS[n][0] in train_fields})
         options = replace(options, **{_OPTIONS[n][0]: (str(v) if n == "ref_model" else v) for n, v in given.items() if _OPTIONS[n][0] in OpenRLHFOptions.__dataclass_fields__})
