@@ -154,12 +154,7 @@ def test_an_unchanged_agents_sdk_example_is_captured_when_capture_switches_it_to
     check_calls(captured, server, ["Assistant"], "ep-hello")
 
 
-def test_an_agents_sdk_example_on_the_responses_api_is_named_as_not_captured_with_the_switch_to_set(captured, server):
-    require_module("agents", FRAMEWORKS_HOW)
-    done = captured.tracerl_run(AGENTS_SDK_HELLO_WORLD, "--episode-id", "ep-hello")
-    assert captured.llm_calls() == [] and not server.calls
-    assert "OpenAI Responses API (POST .../responses) are not captured" in done.stderr
-    assert "TRACERL_OPENAI_AGENTS_API=chat_completions" in done.stderr
+# The SDK on its default API (Responses), captured into transitions: tests/instrumentation/test_responses_capture.py
 
 
 @pytest.mark.parametrize("switch_off", ["set_tracing_disabled(True)", "os.environ['OPENAI_AGENTS_DISABLE_TRACING'] = '1'"])

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from tracerl.instrumentation.request_plan import endpoint_kind, plan_request
+from tracerl.instrumentation.request_plan import endpoint_kind, is_llm_request, plan_request
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
 @pytest.mark.parametrize(
     ("path", "kind"),
-    [("/v1/chat/completions", "chat"), ("/v1/completions", "completions"), ("/v1/embeddings", None), ("/v1/models", None)],
+    [("/v1/chat/completions", "chat"), ("/v1/completions", "completions"), ("/v1/responses", "responses"),
+     ("/v1/responses/resp_1/cancel", None), ("/v1/responses/input_tokens", None), ("/v1/embeddings", None), ("/v1/models", None)],
 )
 def test_only_generation_endpoints_are_planned(path, kind):
     assert endpoint_kind(path) == kind
@@ -55,3 +56,19 @@ def test_fields_another_instrumentation_reads_from_the_answer_stay_in_it(kind):
     plan, sent = plan_request(kind, body, ask=True, others_read_answer=True)
     assert sent["return_token_ids"] and sent["logprobs"]
     assert not plan.strip_token_ids and not plan.strip_logprobs
+
+
+def test_a_responses_request_asks_for_vllms_response_messages_only():
+    body = {"model": "m", "input": "hi", "include": ["message.output_text.logprobs"]}
+    plan, sent = plan_request("responses", body, ask=True)
+    assert sent == {**body, "enable_response_messages": True} and "enable_response_messages" not in body
+    assert plan.kind == "responses" and plan.strip_token_ids and not plan.strip_logprobs
+    plan, _ = plan_request("responses", {**body, "enable_response_messages": True}, ask=True)
+    assert not plan.strip_token_ids
+
+
+def test_a_body_posted_to_another_services_responses_path_is_no_llm_request():
+    assert is_llm_request("responses", {"model": "m", "input": "hi"})
+    assert is_llm_request("responses", {"model": "m", "previous_response_id": "resp_1"})
+    assert not is_llm_request("responses", {"survey": 3, "answers": ["yes"]})
+    assert is_llm_request("chat", {})  # chat and completions paths are judged by their path alone, as before

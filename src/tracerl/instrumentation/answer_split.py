@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from tracerl.instrumentation import responses_api
 from tracerl.instrumentation.call_tokens import Tokens, choice_logprobs, read_policy_version
 from tracerl.instrumentation.request_plan import Plan
 from tracerl.schemas import attributes as A
@@ -36,12 +37,16 @@ class RawTokens:
     nothing while they wait for the span finisher."""
 
     kind: str
+    # of a Responses answer: its input_messages, output_messages and output members
     prompt_ids: msgspec.Raw | None = None
     completion_ids: msgspec.Raw | None = None
     logprobs: msgspec.Raw | None = None
     policy_version: msgspec.Raw | None = None
 
     def read(self, headers: Mapping[str, str] | None = None) -> Tokens:
+        if self.kind == "responses":  # input_messages, output_messages and output (responses_api.py)
+            return responses_api.read_tokens(self.prompt_ids, self.completion_ids, self.logprobs,
+                                             _parse(self.policy_version), headers)
         return Tokens(
             prompt_ids=_parse(self.prompt_ids),
             completion_ids=_parse(self.completion_ids),
@@ -74,6 +79,10 @@ def split_answer(plan: Plan, raw: bytes) -> tuple[bytes, RawTokens] | None:
     except msgspec.DecodeError:  # malformed JSON, or valid JSON that is not an object
         return None
     pick = members.pop if plan.strip_token_ids else members.get
+    if plan.kind == "responses":
+        inputs, outputs = pick(responses_api.INPUT_MESSAGES_FIELD, None), pick(responses_api.OUTPUT_MESSAGES_FIELD, None)
+        tokens = RawTokens(plan.kind, inputs, outputs, members.get("output"), members.get(A.POLICY_VERSION_FIELD))
+        return (_ENCODER.encode(members) if plan.strip_token_ids else raw), tokens
     prompt_ids = pick(A.VLLM_PROMPT_TOKEN_IDS_FIELD, None)
     completion_ids = logprobs = None
     if "choices" in members:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, It
 
 import orjson
 
+from tracerl.instrumentation import responses_api
 from tracerl.instrumentation.call_tokens import Tokens, choice_logprobs, read_policy_version
 from tracerl.instrumentation.request_plan import Plan
 from tracerl.schemas import attributes as A
@@ -40,9 +41,18 @@ class StreamTokens:
         self.response_model: str | None = None
         self.finish_reason: str | None = None
         self.tool_calls: dict[int, dict] = {}  # streamed tool calls of choice 0, merged by index
+        self.response: dict | None = None  # Responses API: the response its last event carried whole
+        self.ended = False  # Responses API: its final event came (it sends no [DONE])
+
+    def reads(self, payload: bytes) -> bool:
+        """Whether an event's JSON is of interest (a Responses stream's text deltas pass unparsed)."""
+        return self.plan.kind != "responses" or b'"response"' in payload
 
     def chunk(self, body: dict) -> None:
         plan = self.plan
+        if plan.kind == "responses":
+            self._response_event(body)
+            return
         if self.response_id is None:
             self.response_id, self.response_model = body.get("id"), body.get("model")
         if self.tokens.policy_version is None:
@@ -83,7 +93,24 @@ class StreamTokens:
             merged["function"]["name"] += function.get("name") or ""
             merged["function"]["arguments"] += function.get("arguments") or ""
 
+    def _response_event(self, event: dict) -> None:
+        """A Responses API event: the ones that carry the whole response name it, the final one
+        its tokens (stripped from it); text deltas are left alone (the final response has it all)."""
+        response = event.get("response")
+        if event.get("type") not in (*responses_api.RESPONSE_EVENTS, *responses_api.FINAL_EVENTS) or not isinstance(response, dict):
+            return
+        inputs, outputs = responses_api.strip_response(self.plan.strip_token_ids, response)
+        self.response = response
+        self.response_id, self.response_model = response.get("id"), response.get("model")
+        if event["type"] in responses_api.FINAL_EVENTS:
+            self.tokens = responses_api.read_tokens(inputs, outputs, response.get("output"),
+                                                    response.get(A.POLICY_VERSION_FIELD), self._headers)
+            self.finish_reason = responses_api.finish_reason(response)
+            self.ended = True
+
     def result(self) -> Tokens:
+        if self.plan.kind == "responses":
+            return self.tokens
         if self._saw_ids:
             self.tokens.completion_ids = self._ids
         if self._saw_logprobs:
@@ -149,7 +176,7 @@ class SSERewriter:
                 # record before the agent reads [DONE]: its instrumentation ends the span then
                 self._on_done()
                 continue
-            if not payload.startswith(b"{"):
+            if not payload.startswith(b"{") or not self._tokens.reads(payload):
                 continue
             try:
                 body = orjson.loads(payload)
@@ -159,6 +186,8 @@ class SSERewriter:
             ending = line[len(line.rstrip(b"\r\n")) :]
             lines[i] = b"data: " + orjson.dumps(body) + ending
             changed = True
+        if self._tokens.ended:  # a Responses stream's last event: record before the agent reads it
+            self._on_done()
         return b"".join(lines) if changed else event
 
 

@@ -86,7 +86,7 @@ def _hook_openai_agents(module) -> None:
     # replaces the default processor, which uploads traces to OpenAI
     module.set_trace_processors([OTelTraceProcessor()])
     api = settings().openai_agents_api
-    if api != SDK_DEFAULT:  # the SDK's default is the Responses API, which capture cannot read tokens from
+    if api != SDK_DEFAULT:  # the SDK's default is the Responses API (captured too); chat_completions for servers without it
         module.set_default_openai_api(api)
     provider_module = importlib.import_module("agents.tracing.provider")
     if not keep_tracing_for_tracerl(getattr(provider_module, "DefaultTraceProvider", object)):

@@ -34,7 +34,7 @@ from tracerl.instrumentation.answer_split import split_answer
 from tracerl.instrumentation.answer_stream import SSERewriter, StreamTokens
 from tracerl.instrumentation.episodes import EpisodeTokenError, context_from_token
 from tracerl.instrumentation.processor import llm_request_captured
-from tracerl.instrumentation.request_plan import Plan, endpoint_kind, plan_request
+from tracerl.instrumentation.request_plan import Plan, endpoint_kind, is_llm_request, plan_request
 from tracerl.instrumentation.token_attributes import record
 from tracerl.schemas import attributes as A
 from tracerl.instrumentation.settings import settings
@@ -95,7 +95,7 @@ class Gateway:
                 parsed = orjson.loads(body) if body else None
             except orjson.JSONDecodeError:
                 parsed = None  # not ours to judge: the upstream answers it
-        if not isinstance(parsed, dict):
+        if not isinstance(parsed, dict) or not is_llm_request(kind, parsed):
             return await self._pass_through(request, path, body)
         return await self._llm_call(request, path, kind, parsed, episode)
 

@@ -21,7 +21,7 @@ from wrapt import wrap_function_wrapper
 
 from tracerl.instrumentation.openai_hook import PLAN_EXTENSION, asend_captured, plan_call, send_captured
 from tracerl.instrumentation.processor import llm_request_captured
-from tracerl.instrumentation.request_plan import endpoint_kind
+from tracerl.instrumentation.request_plan import endpoint_kind, is_llm_request
 
 HTTPX_MODULES = ("httpx", "httpx2")  # wrap() runs when the agent imports one (frameworks.install)
 
@@ -44,7 +44,7 @@ def _prepare(request: Any) -> Any | None:
         body = orjson.loads(request.content)  # a streamed body is not read: RequestNotRead
     except Exception:
         return None
-    if not isinstance(body, dict):
+    if not isinstance(body, dict) or not is_llm_request(kind, body):
         return None
     plan, new_body = plan_call(kind, body, request.url.host)
     if new_body is not None:

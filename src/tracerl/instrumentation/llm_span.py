@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from tracerl.instrumentation import genai_messages
+from tracerl.instrumentation import genai_messages, responses_api
 from tracerl.instrumentation.answer_stream import StreamTokens
 from tracerl.instrumentation.settings import settings
 from tracerl.schemas import attributes as A
@@ -28,8 +28,8 @@ _REQUEST_PARAMS = {
 
 
 def operation(kind: str) -> str:
-    """The GenAI operation name of a ``chat`` or ``completions`` call."""
-    return A.GEN_AI_CHAT if kind == "chat" else A.GEN_AI_TEXT_COMPLETION
+    """The GenAI operation name of a ``chat``, ``completions`` or ``responses`` call (a Responses call is a chat)."""
+    return A.GEN_AI_TEXT_COMPLETION if kind == "completions" else A.GEN_AI_CHAT
 
 
 def _json(value: Any) -> str:
@@ -50,14 +50,19 @@ def request_attributes(kind: str, body: dict, content: bool) -> dict[str, Any]:
         value = body.get(field)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             attributes[key] = value
+    if kind == "responses":
+        attributes.update(responses_api.request_attributes(body, content))
     if content:
-        attributes[A.GEN_AI_INPUT_MESSAGES] = _json(genai_messages.input_messages(kind, body))
+        messages = responses_api.input_messages(body) if kind == "responses" else genai_messages.input_messages(kind, body)
+        attributes[A.GEN_AI_INPUT_MESSAGES] = _json(messages)
         if isinstance(body.get("tools"), list) and body["tools"]:
             attributes[A.GEN_AI_TOOL_DEFINITIONS] = _json(genai_messages.tool_definitions(body["tools"]))
     return attributes
 
 
 def response_attributes(kind: str, answer: dict, content: bool) -> dict[str, Any]:
+    if kind == "responses":
+        return _responses_answer_attributes(answer, content)
     attributes: dict[str, Any] = {}
     if answer.get("id"):
         attributes[A.GEN_AI_RESPONSE_ID] = str(answer["id"])
@@ -79,6 +84,28 @@ def response_attributes(kind: str, answer: dict, content: bool) -> dict[str, Any
     return attributes
 
 
+def _responses_answer_attributes(answer: dict, content: bool) -> dict[str, Any]:
+    """A Responses answer's attributes: the same keys as a chat answer's."""
+    attributes: dict[str, Any] = {}
+    if answer.get("id"):
+        attributes[A.GEN_AI_RESPONSE_ID] = str(answer["id"])
+    if answer.get("model"):
+        attributes[A.GEN_AI_RESPONSE_MODEL] = str(answer["model"])
+    if not answer.get("output") and answer.get("status") is None:  # nothing came (a stream cut short)
+        return attributes
+    message = responses_api.output_message(answer)
+    if message[A.GEN_AI_FINISH_REASON]:
+        attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] = [message[A.GEN_AI_FINISH_REASON]]
+    input_tokens, output_tokens = responses_api.usage(answer)
+    if isinstance(input_tokens, int):
+        attributes[A.GEN_AI_USAGE_INPUT_TOKENS] = input_tokens
+    if isinstance(output_tokens, int):
+        attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] = output_tokens
+    if content:
+        attributes[A.GEN_AI_OUTPUT_MESSAGES] = _json([message])
+    return attributes
+
+
 def answer_attributes(kind: str, body: bytes, content: bool) -> dict[str, Any]:
     """:func:`response_attributes` of a whole answer's JSON (the body the agent was given)."""
     try:
@@ -90,6 +117,9 @@ def answer_attributes(kind: str, body: bytes, content: bool) -> dict[str, Any]:
 
 def stream_attributes(stream: StreamTokens, content: bool) -> dict[str, Any]:
     """What a streamed response said, once it is over."""
+    if stream.plan.kind == "responses":  # its last event carried the whole response
+        answer = stream.response if stream.ended and stream.response else {"id": stream.response_id, "model": stream.response_model}
+        return response_attributes("responses", answer, content)
     answer: dict[str, Any] = {"id": stream.response_id, "model": stream.response_model}
     if stream.finish_reason:
         answer["choices"] = [{"finish_reason": stream.finish_reason}]

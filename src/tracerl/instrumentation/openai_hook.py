@@ -1,5 +1,6 @@
 """Exact tokens for every call the OpenAI Python SDK makes (and so LangChain, AutoGen,
-the Agents SDK and anything else built on it).
+the Agents SDK and anything else built on it): Chat Completions, Completions and the
+Responses API (:mod:`~tracerl.instrumentation.responses_api`).
 
 Two private methods of the SDK's base client are wrapped, the narrowest waist every
 request passes through: ``_build_request`` (the JSON body is still a dict: the token
@@ -30,19 +31,12 @@ from tracerl.instrumentation.answer_stream import SSERewriter, StreamTokens
 from tracerl.instrumentation.call_failure import CallFailure
 from tracerl.instrumentation.call_tokens import Tokens
 from tracerl.instrumentation.processor import agent_name, is_llm_span, llm_request_captured, llm_span_chain
-from tracerl.instrumentation.request_plan import RESPONSES_PATH, Plan, endpoint_kind, plan_request
+from tracerl.instrumentation.request_plan import Plan, endpoint_kind, plan_request
 from tracerl.instrumentation.settings import settings
 from tracerl.instrumentation.token_attributes import record, token_attributes
 from tracerl.schemas import attributes as A
-from tracerl.schemas import environment as E
 
 PLAN_EXTENSION = "tracerl.plan"
-RESPONSES_NOT_CAPTURED = (
-    "calls to the OpenAI Responses API (POST .../responses) are not captured: no LLM-call span, no token ids, "
-    "nothing to train on. The OpenAI Agents SDK uses it by default: set "
-    f"{E.OPENAI_AGENTS_API_ENV}=chat_completions to make it send Chat Completions, which tracerl captures "
-    "(vLLM and `tracerl serve` serve them)"
-)
 _installed = False
 
 
@@ -74,8 +68,6 @@ def _build_request(wrapped, instance, args, kwargs):
     post, url = str(options.method).lower() == "post", str(options.url)
     kind = endpoint_kind(url) if post else None
     body = options.json_data
-    if kind is None and post and url.endswith(RESPONSES_PATH):
-        capture_stats.STATS.add_note(RESPONSES_NOT_CAPTURED)
     if kind is None or not isinstance(body, dict) or options.files:
         return wrapped(*args, **kwargs)
     if options.extra_json:

@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind
 
 from tracerl.instrumentation import capture_stats, span_finisher
 from tracerl.instrumentation.privacy import ContentPolicy
-from tracerl.instrumentation.request_plan import endpoint_kind
+from tracerl.instrumentation.request_plan import RESPONSES_PATH, endpoint_kind
 from tracerl.instrumentation.sdk_internals import filter_attribute_writes
 from tracerl.instrumentation.settings import Settings
 from tracerl.schemas import attributes as A
@@ -68,7 +68,11 @@ def _http_llm_request(span: Span) -> str | None:
     if method != "POST":
         return None
     url = attributes.get(A.URL_FULL) or attributes.get(A.HTTP_URL_OLD)
-    if not isinstance(url, str) or endpoint_kind(urlsplit(url).path) is None:
+    if not isinstance(url, str):
+        return None
+    path = urlsplit(url).path
+    kind = endpoint_kind(path)
+    if kind is None or (kind == "responses" and not path.endswith("/v1" + RESPONSES_PATH)):  # another service's /responses
         return None
     return f"{method} {url.split('?', 1)[0]}"
 

@@ -18,25 +18,36 @@ from tracerl.schemas import attributes as A
 
 CHAT_PATH = "/chat/completions"
 COMPLETIONS_PATH = "/completions"
-RESPONSES_PATH = "/responses"  # the Responses API: not captured (see openai_hook.RESPONSES_NOT_CAPTURED)
+RESPONSES_PATH = "/responses"  # the Responses API (tracerl.instrumentation.responses_api)
+RESPONSES_MESSAGES_FIELD = "enable_response_messages"  # vLLM's: the prompt's and completion's ids in the answer
 
 
 def endpoint_kind(path: str) -> str | None:
-    """``chat`` or ``completions`` for an OpenAI generation path, else ``None``."""
+    """``chat``, ``completions`` or ``responses`` for an OpenAI generation path, else ``None``."""
     if path.endswith(CHAT_PATH):
         return "chat"
     if path.endswith(COMPLETIONS_PATH):
         return "completions"
+    if path.endswith(RESPONSES_PATH):
+        return "responses"
     return None
+
+
+def is_llm_request(kind: str, body: Mapping[str, Any]) -> bool:
+    """Whether a JSON body posted to an LLM path is an LLM request. A path ending in ``/responses``
+    may be another service's (a survey's): a Responses request names a model and its input."""
+    if kind != "responses":
+        return True
+    return isinstance(body.get("model"), str) and any(key in body for key in ("input", "previous_response_id", "prompt"))
 
 
 @dataclass(frozen=True)
 class Plan:
     """What was added to one request, so exactly that is removed from its response."""
 
-    kind: str  # chat | completions
+    kind: str  # chat | completions | responses
     ask: bool  # token ids and log-probs were asked for
-    strip_token_ids: bool
+    strip_token_ids: bool  # (responses: the input_messages and output_messages members)
     strip_logprobs: bool
     stream: bool
     reason: str | None = None  # why tokens were not asked for
@@ -58,6 +69,9 @@ def plan_request(
     if not ask:
         return Plan(kind, False, False, False, stream, reason), None
     new = dict(body)
+    if kind == "responses":  # one switch returns the ids, and the log-probs where the server has them
+        new[RESPONSES_MESSAGES_FIELD] = True
+        return Plan(kind, True, not body.get(RESPONSES_MESSAGES_FIELD) and not others_read_answer, False, stream), new
     strip_ids = not body.get(A.VLLM_RETURN_TOKEN_IDS_FIELD) and not others_read_answer
     new[A.VLLM_RETURN_TOKEN_IDS_FIELD] = True
     if kind == "chat":

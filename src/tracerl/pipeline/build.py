@@ -267,7 +267,10 @@ def write_transitions(
             )
         con.close()
     # what the write dropped or rebuilt joins the counts of the stages before it
-    counts = merge([analysis.counts, {"llm_calls": {"skipped": dict(tally.skipped), "retokenized": tally.retokenized},
+    written = {"skipped": dict(tally.skipped), "retokenized": tally.retokenized}
+    if tally.chains:  # Responses API calls whose input the writer completed from the conversation's earlier turns
+        written["response_chains"] = dict(tally.chains)
+    counts = merge([analysis.counts, {"llm_calls": written,
                                       "transitions": analysis.counts["transitions"] - sum(tally.skipped.values())}])
     counts["rows_written"] = rows
     return Written(paths=paths, counts=counts, inputs=analysis.inputs(), rules=analysis.rules, clock_ns=clock)

@@ -15,6 +15,8 @@ from tracerl.pipeline.build import Analysis, analyze
 from tracerl.pipeline.counts import warnings
 from tracerl.pipeline.layouts import tokens_sql
 from tracerl.pipeline.options import BuildOptions
+from tracerl.pipeline.sql_text import sql_str
+from tracerl.schemas import attributes as A
 
 
 def _calls_without_prompt_ids(analysis: Analysis) -> int:
@@ -23,6 +25,15 @@ def _calls_without_prompt_ids(analysis: Analysis) -> int:
         f"""SELECT count(*) FROM chosen c JOIN raw_spans r USING (file_index, file_row)
             WHERE {tokens_sql('prompt', 'r.prompt_token_ids', 'r.attributes')} IS NULL"""
     ).fetchall()[0][0]
+
+
+def _calls_to_retokenize(analysis: Analysis) -> dict[str, int]:
+    """Chosen calls without the server's token ids (``--retokenize`` rebuilds theirs from their messages), by API."""
+    rows = analysis.con.execute(
+        f"""SELECT coalesce(attr(r.attributes, {sql_str(A.LLM_API)}), 'chat completions or other') AS api, count(*)
+            FROM chosen c JOIN raw_spans r USING (file_index, file_row) WHERE NOT c.has_tokens GROUP BY 1 ORDER BY 1"""
+    ).fetchall()
+    return dict(rows)
 
 
 def diagnose(spans: str | os.PathLike, options: BuildOptions) -> dict[str, Any]:
@@ -59,6 +70,9 @@ def explain(analysis: Analysis) -> dict[str, Any]:
     if judged["files"]:
         funnel += [(f"judged episodes: {status}", n) for status, n in judged["by_status"].items()]
     notes = warnings(analysis.inputs(), c, options)
+    if options.retokenize and (rebuilt := _calls_to_retokenize(analysis)):
+        notes.append(f"{sum(rebuilt.values())} transition(s) will have token ids rebuilt from their messages (--retokenize), "
+                     "captured without the server's: " + ", ".join(f"{n} x {api}" for api, n in rebuilt.items()))
     agents = c["llm_calls"]["by_agent"]
     if c["llm_calls"]["skipped"].get("agent_filter") and not c["llm_calls"]["policy_calls"]:
         notes.insert(0, f"--agents {options.agents!r} matched no agent; agent names seen: {', '.join(agents)}")

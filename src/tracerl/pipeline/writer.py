@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from tracerl.pipeline.layouts import CONTENT_LAYOUTS, TOKEN_LAYOUTS, ContentLayout, tokens_sql
 from tracerl.pipeline.location import Location
 from tracerl.pipeline.messages import messages_json
+from tracerl.pipeline.response_chains import resolve_chains
 from tracerl.pipeline.retokenize import Retokenizer
 from tracerl.pipeline.source import SpanFiles
 from tracerl.pipeline.trajectory import merge_trajectories
@@ -184,6 +185,9 @@ class WriteTally:
 
     skipped: Counter = field(default_factory=Counter)
     retokenized: int = 0
+    # Responses API calls made with previous_response_id: previous_resolved (input made whole),
+    # previous_unresolved (written with their own input only: the earlier call is not in the episode's rows)
+    chains: Counter = field(default_factory=Counter)
 
 
 def _token_source(part: pa.Table, retokenizer: Retokenizer | None, tally: WriteTally) -> pa.Table:
@@ -249,7 +253,7 @@ def dataset_tables(
 
     pending: list[pa.Table] = []  # rows read already whose episode also has calls in a later file
     for current, part in _ahead(with_span_columns, rows_of_each_file()):
-        part = _token_source(_with_content(con, part), retokenizer, tally)
+        part = _with_content(con, part)
         later = part.column("ready_at").to_numpy() > current
         if later.any():
             pending.append(part.filter(pa.array(later)))
@@ -260,6 +264,8 @@ def dataset_tables(
             if now.any():
                 pending = [waiting.filter(pa.array(~now))] if (~now).any() else []
                 part = pa.concat_tables([waiting.filter(pa.array(now)), part]).sort_by(_OUTPUT_ORDER)
+        if part.num_rows:  # whole episodes: a Responses chain's earlier turns are among their rows
+            part = _token_source(resolve_chains(part, tally.skipped, tally.chains), retokenizer, tally)
         if part.num_rows:
             table = _to_dataset(part, tally.skipped)
             if trajectory:

@@ -23,8 +23,8 @@ AGENT_NAME_ENV = "TRACERL_AGENT_NAME"
 # (richer attributes, about 5 ms of CPU per sync call: measured in benchmarks/).
 LLM_SPANS_ENV = "TRACERL_LLM_SPANS"  # tracerl | openllmetry
 RUN_SUMMARY_ENV = "TRACERL_RUN_SUMMARY"  # set by `tracerl run`: print the counts at exit
-# chat_completions: the OpenAI Agents SDK sends Chat Completions (captured) instead of its
-# default, the Responses API (not captured); unset: the SDK's own default is left alone
+# chat_completions: the OpenAI Agents SDK sends Chat Completions instead of its default, the
+# Responses API (both are captured; for servers that serve Chat Completions only); unset: the SDK's own default is left alone
 OPENAI_AGENTS_API_ENV = "TRACERL_OPENAI_AGENTS_API"
 
 # ---- the loop's agents (set by the loop, read by the agent programs) ----------------------------

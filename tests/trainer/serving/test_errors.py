@@ -80,12 +80,13 @@ def test_unknown_route_is_a_json_404_that_names_the_routes_served(server):
     assert "/v1/nothing-here" in message and "POST /v1/chat/completions" in message
 
 
-def test_the_responses_api_404_says_how_the_agents_sdk_gets_chat_completions(server):
-    """The OpenAI Agents SDK calls /v1/responses by default; its user learns the switch from the error."""
+def test_the_responses_api_is_served_and_its_bad_requests_name_the_field(server):
+    """The OpenAI Agents SDK calls /v1/responses by default (test_responses_api.py has the rest)."""
     client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
-    with pytest.raises(openai.NotFoundError) as info:
-        client.responses.create(model="m", input="hi")
-    assert "TRACERL_OPENAI_AGENTS_API=chat_completions" in str(info.value)
+    assert client.responses.create(model="m", input="hi", max_output_tokens=1).object == "response"
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model="m", input="hi", previous_response_id="resp_unknown")
+    assert "previous_response_id" in str(info.value)
 
 
 def test_openai_client_raises_bad_request_with_the_message(server):

@@ -7,7 +7,8 @@ distribution, and every response names the policy version that produced it (the
 swaps in a new checkpoint between decode steps (``tracerl.trainer.publish`` calls it).
 
 Here are the routes, request parsing and errors; the bodies are built in
-:mod:`~tracerl.trainer.serving.responses` and the tokens sampled by
+:mod:`~tracerl.trainer.serving.responses` (the Responses API's in
+:mod:`~tracerl.trainer.serving.responses_api`) and the tokens sampled by
 :mod:`~tracerl.trainer.serving.engine`. ``running_server()`` starts it on loopback in a
 background thread (tests, the demo); ``tracerl serve`` runs it in the foreground.
 """
@@ -45,11 +46,12 @@ from tracerl.trainer.serving.protocol import (
     CompletionRequest,
     LoadWeightsRequest,
     RequestError,
+    ResponsesRequest,
     parse_request,
 )
 from tracerl.trainer.serving.responses import ChatReply, CompletionReply
+from tracerl.trainer.serving.responses_api import ResponseStore, ResponsesReply, conversation
 from tracerl.core.uvicorn_thread import serve_in_thread
-from tracerl.schemas import environment as E
 
 
 def create_app(
@@ -78,6 +80,7 @@ def create_app(
         routes=[
             Route("/v1/chat/completions", api.chat_completions, methods=["POST"]),
             Route("/v1/completions", api.completions, methods=["POST"]),
+            Route("/v1/responses", api.responses, methods=["POST"]),
             Route("/v1/models", api.models, methods=["GET"]),
             Route(f"/v1{A.LOAD_WEIGHTS_PATH}", api.load_weights, methods=["POST"]),
             Route("/health", api.health, methods=["GET"]),
@@ -96,6 +99,7 @@ class _Api:
         self.engine = engine
         self.model_name = model_name
         self.created = int(time.time())
+        self.responses_store = ResponseStore()  # the Responses API's turns, for previous_response_id
 
     # ---- plain endpoints -------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -143,14 +147,23 @@ class _Api:
         reply = CompletionReply(req, prompts, self.engine.tokenizer, self.model_name)
         return await self._generate(request, reply, prompts, params)
 
+    async def responses(self, request: Request) -> Response:
+        req = parse_request(ResponsesRequest, await _body(request))
+        chat, turn = conversation(req, self.responses_store)
+        prompt = chat_prompt_ids(self.engine.tokenizer, chat)
+        top_logprobs = (req.top_logprobs or 0) if req.output_logprobs() else 0
+        params = self._sampling_params(req, [prompt], top_logprobs, prompt_param="input")
+        reply = ResponsesReply(req, prompt, turn, self.engine.tokenizer, self.model_name, self.responses_store)
+        return await self._generate(request, reply, [prompt], params)
+
     async def _generate(
-        self, request: Request, reply: ChatReply | CompletionReply, prompts: list[list[int]], params: SamplingParams
+        self, request: Request, reply: ChatReply | CompletionReply | ResponsesReply, prompts: list[list[int]], params: SamplingParams
     ) -> Response:
         """Run the request; answer once it is admitted, when its policy version is known."""
         handle = self.engine.submit(prompts, params, n=reply.req.n)
         reply.version = await _admitted(handle)
         if reply.req.stream:
-            return _sse(reply.stream(handle), handle, reply.version)
+            return _sse(reply.stream(handle), handle, reply.version, named_events=isinstance(reply, ResponsesReply))
         return _json(reply.body(await _results(handle, request)), reply.version)
 
     def _sampling_params(self, req, prompts: list[list[int]], top_logprobs: int, *, prompt_param: str) -> SamplingParams:
@@ -168,7 +181,8 @@ class _Api:
             )
         limit = req.token_limit()
         if limit is not None and limit > context:
-            param = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens"
+            param = getattr(req, "limit_param", None) or (
+                "max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens")
             raise RequestError(
                 f"{param}={limit} is more than this model's maximum context length of {context} tokens "
                 f"(prompt {longest} tokens + {param} {limit} = {longest + limit}). Request at most "
@@ -233,21 +247,29 @@ def _json(body: dict, version: int, status: int = 200) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers={A.POLICY_VERSION_HEADER: str(version)})
 
 
-def _sse(chunks: AsyncIterator[dict], handle: GenerationHandle, version: int) -> StreamingResponse:
+def _sse(chunks: AsyncIterator[dict], handle: GenerationHandle, version: int, named_events: bool = False) -> StreamingResponse:
+    """Server-sent events: chat and completion chunks end with ``[DONE]``; the Responses API's
+    events are named (``event: response.completed``) and end with their last event, as OpenAI's."""
     async def lines() -> AsyncIterator[str]:
         try:
             async for chunk in chunks:
-                yield f"data: {json.dumps(chunk)}\n\n"
-            yield "data: [DONE]\n\n"
+                name = f"event: {chunk['type']}\n" if named_events else ""
+                yield f"{name}data: {json.dumps(chunk)}\n\n"
+            if not named_events:
+                yield "data: [DONE]\n\n"
         except GenerationError as exc:
-            yield f"data: {json.dumps(RequestError(str(exc), status=500, type='server_error').body())}\n\n"
+            if named_events:  # the Responses API's error event
+                error = {"type": "error", "message": str(exc), "code": "server_error", "param": None}
+                yield f"event: error\ndata: {json.dumps(error)}\n\n"
+            else:
+                yield f"data: {json.dumps(RequestError(str(exc), status=500, type='server_error').body())}\n\n"
         finally:
             handle.cancel()
 
     return StreamingResponse(lines(), media_type="text/event-stream", headers={A.POLICY_VERSION_HEADER: str(version)})
 
 
-SERVED_ROUTES = "POST /v1/chat/completions, POST /v1/completions and GET /v1/models"
+SERVED_ROUTES = "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses and GET /v1/models"
 
 
 async def _request_error(request: Request, exc: Exception) -> Response:
@@ -261,11 +283,6 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     message = f"{request.method} {request.url.path}: {exc.detail}"
     if exc.status_code == 404:
         message += f"; this server serves {SERVED_ROUTES}"
-        if request.url.path.endswith("/responses"):
-            message += (
-                ", not the Responses API. The OpenAI Agents SDK uses it by default: run the agent with "
-                f"{E.OPENAI_AGENTS_API_ENV}=chat_completions (tracerl's capture switches the SDK to Chat Completions)"
-            )
     return JSONResponse({"error": {"message": message, "type": error_type, "param": None, "code": None}}, status_code=exc.status_code)
 
 

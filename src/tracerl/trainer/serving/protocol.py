@@ -7,7 +7,7 @@ clients send many optional ones.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -137,6 +137,38 @@ class CompletionRequest(_SamplingRequest):
 
     def token_limit(self) -> int | None:
         return self.max_tokens
+
+
+class ResponsesRequest(_SamplingRequest):
+    """``POST /v1/responses``: the subset of OpenAI's Responses API the OpenAI SDK and the Agents SDK send.
+
+    ``input`` is text or a list of items (messages, ``function_call`` and ``function_call_output``
+    items), turned into chat messages by :mod:`~tracerl.trainer.serving.responses_api`; ``tools``
+    are function tools. Besides OpenAI's fields, vLLM's ``enable_response_messages`` returns the
+    exact prompt and completion token ids (``input_messages`` / ``output_messages``).
+    """
+
+    input: str | list[dict[str, Any]] | None = None
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    max_output_tokens: Annotated[int, Field(ge=1)] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    include: list[str] | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    store: bool | None = None  # OpenAI's default: kept (here in the server's memory, for previous_response_id)
+    background: bool | None = None
+    conversation: str | dict[str, Any] | None = None
+    enable_response_messages: bool = False  # vLLM extra: the prompt's and the completion's token ids
+    n: Literal[1] = 1  # one output per response
+
+    limit_param: ClassVar[str] = "max_output_tokens"  # how errors name the token limit
+
+    def token_limit(self) -> int | None:
+        return self.max_output_tokens
+
+    def output_logprobs(self) -> bool:
+        return "message.output_text.logprobs" in (self.include or ())
 
 
 class LoadWeightsRequest(_Lenient):

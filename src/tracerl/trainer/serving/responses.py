@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from tracerl.schemas import attributes as A
 from tracerl.trainer.serving import tool_parser
 from tracerl.trainer.serving.engine import ChoiceResult, GenerationHandle, TokenStep
-from tracerl.trainer.serving.protocol import ChatCompletionRequest, CompletionRequest
+from tracerl.trainer.serving.protocol import ChatCompletionRequest, CompletionRequest, ResponsesRequest
 
 MIN_LOGPROB = -9999.0  # JSON has no -inf; vLLM clamps the same way
 PROMPT_TOKEN_IDS = A.VLLM_PROMPT_TOKEN_IDS_FIELD
@@ -29,7 +29,7 @@ class _Reply:
     chunk_object_name: str  # ... and of a streamed chunk
     id_prefix: str
 
-    def __init__(self, req: ChatCompletionRequest | CompletionRequest, tokenizer, served_model: str) -> None:
+    def __init__(self, req: ChatCompletionRequest | CompletionRequest | ResponsesRequest, tokenizer, served_model: str) -> None:
         self.req = req
         self.tokenizer = tokenizer
         self.model = req.model or served_model  # a single-model server serves any name and echoes it
@@ -46,6 +46,16 @@ class _Reply:
     def token_text(self, token_id: int) -> str:
         """How logprobs name a token: its text, or "token_id:N" (vLLM) since texts can collide."""
         return f"token_id:{token_id}" if self.req.return_tokens_as_token_ids else self.tokenizer.decode([token_id])
+
+    def _logprob(self, token_id: int, logprob: float, tops: list[tuple[int, float]]) -> dict:
+        """A sampled token's log-prob entry as chat choices and Responses' output_text parts carry it."""
+        entry = self._token_logprob(token_id, logprob)
+        entry["top_logprobs"] = [self._token_logprob(t, lp) for t, lp in tops]
+        return entry
+
+    def _token_logprob(self, token_id: int, logprob: float) -> dict:
+        text = self.token_text(token_id)
+        return {"token": text, "logprob": max(logprob, MIN_LOGPROB), "bytes": list(text.encode("utf-8"))}
 
 
 class ChatReply(_Reply):
@@ -122,14 +132,6 @@ class ChatReply(_Reply):
             choice[TOKEN_IDS] = []
         return choice
 
-    def _logprob(self, token_id: int, logprob: float, tops: list[tuple[int, float]]) -> dict:
-        entry = self._token_logprob(token_id, logprob)
-        entry["top_logprobs"] = [self._token_logprob(t, lp) for t, lp in tops]
-        return entry
-
-    def _token_logprob(self, token_id: int, logprob: float) -> dict:
-        text = self.token_text(token_id)
-        return {"token": text, "logprob": max(logprob, MIN_LOGPROB), "bytes": list(text.encode("utf-8"))}
 
 
 class CompletionReply(_Reply):
