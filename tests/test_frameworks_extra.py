@@ -36,6 +36,7 @@ TOOL_STACKS = {
         "from agents.mcp import MCPServerStdio, MCPServerStreamableHttp",
     ],
     "agentops": ["import agentops"],
+    "anthropic": ["import anthropic", "from anthropic.types import ToolParam, ToolUseBlock, ToolResultBlockParam"],
 }
 
 

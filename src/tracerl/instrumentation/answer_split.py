@@ -37,7 +37,8 @@ class RawTokens:
     nothing while they wait for the span finisher."""
 
     kind: str
-    # of a Responses answer: its input_messages, output_messages and output members
+    # of a Responses answer: its input_messages, output_messages and output members; of a Messages
+    # answer: its top-level prompt_token_ids, token_ids and logprobs
     prompt_ids: msgspec.Raw | None = None
     completion_ids: msgspec.Raw | None = None
     logprobs: msgspec.Raw | None = None
@@ -84,6 +85,11 @@ def split_answer(plan: Plan, raw: bytes) -> tuple[bytes, RawTokens] | None:
         tokens = RawTokens(plan.kind, inputs, outputs, members.get("output"), members.get(A.POLICY_VERSION_FIELD))
         return (_ENCODER.encode(members) if plan.strip_token_ids else raw), tokens
     prompt_ids = pick(A.VLLM_PROMPT_TOKEN_IDS_FIELD, None)
+    if plan.kind == "messages":  # tracerl serve's fields, at the message's top level (messages_api.py)
+        completion_ids = pick(A.VLLM_CHOICE_TOKEN_IDS_FIELD, None)
+        logprobs = (members.pop if plan.strip_logprobs else members.get)(A.MESSAGES_LOGPROBS_FIELD, None)
+        tokens = RawTokens(plan.kind, prompt_ids, completion_ids, logprobs, members.get(A.POLICY_VERSION_FIELD))
+        return (_ENCODER.encode(members) if plan.strip_token_ids or plan.strip_logprobs else raw), tokens
     completion_ids = logprobs = None
     if "choices" in members:
         try:

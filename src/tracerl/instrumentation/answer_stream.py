@@ -12,7 +12,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, It
 
 import orjson
 
-from tracerl.instrumentation import responses_api
+from tracerl.instrumentation import messages_api, responses_api
 from tracerl.instrumentation.call_tokens import Tokens, choice_logprobs, read_policy_version
 from tracerl.instrumentation.request_plan import Plan
 from tracerl.schemas import attributes as A
@@ -42,7 +42,9 @@ class StreamTokens:
         self.finish_reason: str | None = None
         self.tool_calls: dict[int, dict] = {}  # streamed tool calls of choice 0, merged by index
         self.response: dict | None = None  # Responses API: the response its last event carried whole
-        self.ended = False  # Responses API: its final event came (it sends no [DONE])
+        self.ended = False  # Responses and Messages APIs: the final event came (they send no [DONE])
+        # Messages API: the message its events describe, put back together
+        self.message = messages_api.StreamedMessage() if plan.kind == "messages" else None
 
     def reads(self, payload: bytes) -> bool:
         """Whether an event's JSON is of interest (a Responses stream's text deltas pass unparsed)."""
@@ -52,6 +54,9 @@ class StreamTokens:
         plan = self.plan
         if plan.kind == "responses":
             self._response_event(body)
+            return
+        if plan.kind == "messages":
+            self._message_event(body)
             return
         if self.response_id is None:
             self.response_id, self.response_model = body.get("id"), body.get("model")
@@ -108,8 +113,37 @@ class StreamTokens:
             self.finish_reason = responses_api.finish_reason(response)
             self.ended = True
 
+    def _message_event(self, event: dict) -> None:
+        """A Messages API event: its content kept (for the span), tracerl serve's token fields read
+        and stripped wherever they come (the ``message_delta`` event; ``message_start``'s message)."""
+        self.message.event(event)
+        kind = event.get("type")
+        if kind == messages_api.MESSAGE_START and isinstance(event.get("message"), dict):
+            message = event["message"]
+            self.response_id, self.response_model = message.get("id"), message.get("model")
+            self._message_tokens(message)
+        elif kind == messages_api.MESSAGE_DELTA:
+            self._message_tokens(event)
+            self.finish_reason = messages_api.finish_reason((event.get("delta") or {}).get("stop_reason")) or self.finish_reason
+        elif kind == messages_api.MESSAGE_STOP:
+            self.ended = True
+
+    def _message_tokens(self, holder: dict) -> None:
+        plan, tokens = self.plan, self.tokens
+        pick = holder.pop if plan.strip_token_ids else holder.get
+        prompt, completion = pick(A.VLLM_PROMPT_TOKEN_IDS_FIELD, None), pick(A.VLLM_CHOICE_TOKEN_IDS_FIELD, None)
+        logprobs = (holder.pop if plan.strip_logprobs else holder.get)(A.MESSAGES_LOGPROBS_FIELD, None)
+        if prompt is not None:
+            tokens.prompt_ids = prompt
+        if completion is not None:
+            tokens.completion_ids = completion
+        if logprobs is not None:
+            tokens.logprobs = choice_logprobs("messages", logprobs)
+        if tokens.policy_version is None:
+            tokens.policy_version = read_policy_version(holder.get(A.POLICY_VERSION_FIELD), self._headers)
+
     def result(self) -> Tokens:
-        if self.plan.kind == "responses":
+        if self.plan.kind in ("responses", "messages"):
             return self.tokens
         if self._saw_ids:
             self.tokens.completion_ids = self._ids
@@ -186,7 +220,7 @@ class SSERewriter:
             ending = line[len(line.rstrip(b"\r\n")) :]
             lines[i] = b"data: " + orjson.dumps(body) + ending
             changed = True
-        if self._tokens.ended:  # a Responses stream's last event: record before the agent reads it
+        if self._tokens.ended:  # a Responses or Messages stream's last event: record before the agent reads it
             self._on_done()
         return b"".join(lines) if changed else event
 

@@ -51,7 +51,8 @@ class _CompletionLogprobs(msgspec.Struct, gc=False):
 
 # Only the floats are read: the other fields of each token are skipped in C, and the
 # structs are not tracked by the garbage collector (a vLLM answer has one per token).
-_LOGPROBS = {"chat": _ChatLogprobs | None, "completions": _CompletionLogprobs | None}
+# tracerl serve's Messages answers carry chat's shape at their top level (messages_api.py).
+_LOGPROBS = {"chat": _ChatLogprobs | None, "messages": _ChatLogprobs | None, "completions": _CompletionLogprobs | None}
 
 
 def choice_logprobs(kind: str, logprobs: msgspec.Raw | dict | None) -> list[float] | None:

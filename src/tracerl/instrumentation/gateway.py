@@ -1,4 +1,5 @@
-"""``tracerl gateway``: an OpenAI-compatible reverse proxy that records every call.
+"""``tracerl gateway``: an OpenAI-compatible reverse proxy that records every call (Chat
+Completions, Completions, the Responses API, and Anthropic's Messages API at ``/v1/messages``).
 
 For agents that cannot be instrumented (other languages, closed binaries): point
 their base URL at the gateway and it forwards each request to the upstream server

@@ -1,8 +1,10 @@
 """Exact tokens for LLM requests made with httpx directly, not through the OpenAI SDK.
 
 LiteLLM reaches a ``hosted_vllm/`` model (and other OpenAI-compatible providers) with
-its own httpx client, and hand-written agents post to ``/chat/completions`` themselves:
-without this their calls are only HTTP client spans. ``Client.send`` and
+its own httpx client, hand-written agents post to ``/chat/completions`` themselves, and
+the Anthropic SDK sends its Messages calls (``POST /v1/messages``,
+:mod:`~tracerl.instrumentation.messages_api`) with httpx2: without this their calls are
+only HTTP client spans. ``Client.send`` and
 ``AsyncClient.send`` of httpx (and httpx2, what the OpenAI SDK 3.x uses) are wrapped:
 a POST to an LLM endpoint whose body is JSON gets the same plan, the same answer
 stripping and the same span as an OpenAI SDK call (:func:`~tracerl.instrumentation.openai_hook.send_captured`).

@@ -9,11 +9,12 @@ conventions' (messages as JSON attributes with typed parts: :mod:`genai_messages
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import orjson
 
-from tracerl.instrumentation import genai_messages, responses_api
+from tracerl.instrumentation import genai_messages, messages_api, responses_api
 from tracerl.instrumentation.answer_stream import StreamTokens
 from tracerl.instrumentation.settings import settings
 from tracerl.schemas import attributes as A
@@ -28,7 +29,7 @@ _REQUEST_PARAMS = {
 
 
 def operation(kind: str) -> str:
-    """The GenAI operation name of a ``chat``, ``completions`` or ``responses`` call (a Responses call is a chat)."""
+    """The GenAI operation name of a ``chat``, ``completions``, ``responses`` or ``messages`` call (the last two are chats)."""
     return A.GEN_AI_TEXT_COMPLETION if kind == "completions" else A.GEN_AI_CHAT
 
 
@@ -37,13 +38,14 @@ def _json(value: Any) -> str:
 
 
 def request_attributes(kind: str, body: dict, content: bool) -> dict[str, Any]:
+    provider = A.GEN_AI_PROVIDER_ANTHROPIC if kind == "messages" else A.GEN_AI_PROVIDER_OPENAI  # the API, whoever serves it
     attributes: dict[str, Any] = {
         A.GEN_AI_OPERATION: operation(kind),
-        A.GEN_AI_PROVIDER_NAME: A.GEN_AI_PROVIDER_OPENAI,
+        A.GEN_AI_PROVIDER_NAME: provider,
         A.GEN_AI_IS_STREAMING: bool(body.get("stream")),
     }
     if not settings().genai_latest_only:
-        attributes[A.GEN_AI_SYSTEM] = A.GEN_AI_PROVIDER_OPENAI
+        attributes[A.GEN_AI_SYSTEM] = provider
     if body.get("model") is not None:
         attributes[A.GEN_AI_REQUEST_MODEL] = str(body["model"])
     for field, key in _REQUEST_PARAMS.items():
@@ -52,17 +54,27 @@ def request_attributes(kind: str, body: dict, content: bool) -> dict[str, Any]:
             attributes[key] = value
     if kind == "responses":
         attributes.update(responses_api.request_attributes(body, content))
+    elif kind == "messages":
+        attributes.update(messages_api.request_attributes(body, content))
     if content:
-        messages = responses_api.input_messages(body) if kind == "responses" else genai_messages.input_messages(kind, body)
+        if kind == "responses":
+            messages = responses_api.input_messages(body)
+        elif kind == "messages":
+            messages = messages_api.input_messages(body)
+        else:
+            messages = genai_messages.input_messages(kind, body)
         attributes[A.GEN_AI_INPUT_MESSAGES] = _json(messages)
         if isinstance(body.get("tools"), list) and body["tools"]:
-            attributes[A.GEN_AI_TOOL_DEFINITIONS] = _json(genai_messages.tool_definitions(body["tools"]))
+            flat = messages_api.tool_definitions if kind == "messages" else genai_messages.tool_definitions
+            attributes[A.GEN_AI_TOOL_DEFINITIONS] = _json(flat(body["tools"]))
     return attributes
 
 
 def response_attributes(kind: str, answer: dict, content: bool) -> dict[str, Any]:
     if kind == "responses":
         return _responses_answer_attributes(answer, content)
+    if kind == "messages":
+        return _messages_answer_attributes(answer, content)
     attributes: dict[str, Any] = {}
     if answer.get("id"):
         attributes[A.GEN_AI_RESPONSE_ID] = str(answer["id"])
@@ -84,19 +96,20 @@ def response_attributes(kind: str, answer: dict, content: bool) -> dict[str, Any
     return attributes
 
 
-def _responses_answer_attributes(answer: dict, content: bool) -> dict[str, Any]:
-    """A Responses answer's attributes: the same keys as a chat answer's."""
+def _api_answer_attributes(api: ModuleType, answer: dict, came: bool, content: bool) -> dict[str, Any]:
+    """A Responses or Messages answer's attributes (``api``: the module that reads its shape), under
+    the same keys as a chat answer's; ``came``: False for a stream cut short before any output."""
     attributes: dict[str, Any] = {}
     if answer.get("id"):
         attributes[A.GEN_AI_RESPONSE_ID] = str(answer["id"])
     if answer.get("model"):
         attributes[A.GEN_AI_RESPONSE_MODEL] = str(answer["model"])
-    if not answer.get("output") and answer.get("status") is None:  # nothing came (a stream cut short)
+    if not came:
         return attributes
-    message = responses_api.output_message(answer)
+    message = api.output_message(answer)
     if message[A.GEN_AI_FINISH_REASON]:
         attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] = [message[A.GEN_AI_FINISH_REASON]]
-    input_tokens, output_tokens = responses_api.usage(answer)
+    input_tokens, output_tokens = api.usage(answer)
     if isinstance(input_tokens, int):
         attributes[A.GEN_AI_USAGE_INPUT_TOKENS] = input_tokens
     if isinstance(output_tokens, int):
@@ -104,6 +117,16 @@ def _responses_answer_attributes(answer: dict, content: bool) -> dict[str, Any]:
     if content:
         attributes[A.GEN_AI_OUTPUT_MESSAGES] = _json([message])
     return attributes
+
+
+def _responses_answer_attributes(answer: dict, content: bool) -> dict[str, Any]:
+    came = bool(answer.get("output")) or answer.get("status") is not None
+    return _api_answer_attributes(responses_api, answer, came, content)
+
+
+def _messages_answer_attributes(answer: dict, content: bool) -> dict[str, Any]:
+    came = "content" in answer or answer.get("stop_reason") is not None
+    return _api_answer_attributes(messages_api, answer, came, content)
 
 
 def answer_attributes(kind: str, body: bytes, content: bool) -> dict[str, Any]:
@@ -117,6 +140,8 @@ def answer_attributes(kind: str, body: bytes, content: bool) -> dict[str, Any]:
 
 def stream_attributes(stream: StreamTokens, content: bool) -> dict[str, Any]:
     """What a streamed response said, once it is over."""
+    if stream.plan.kind == "messages":  # its events, put back together
+        return response_attributes("messages", stream.message.answer(), content)
     if stream.plan.kind == "responses":  # its last event carried the whole response
         answer = stream.response if stream.ended and stream.response else {"id": stream.response_id, "model": stream.response_model}
         return response_attributes("responses", answer, content)

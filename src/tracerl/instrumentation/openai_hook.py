@@ -1,6 +1,8 @@
 """Exact tokens for every call the OpenAI Python SDK makes (and so LangChain, AutoGen,
 the Agents SDK and anything else built on it): Chat Completions, Completions and the
-Responses API (:mod:`~tracerl.instrumentation.responses_api`).
+Responses API (:mod:`~tracerl.instrumentation.responses_api`). The capture here
+(:func:`send_captured`) serves :mod:`~tracerl.instrumentation.httpx_hook` too, and with it
+the Anthropic SDK's Messages calls (:mod:`~tracerl.instrumentation.messages_api`).
 
 Two private methods of the SDK's base client are wrapped, the narrowest waist every
 request passes through: ``_build_request`` (the JSON body is still a dict: the token
@@ -30,8 +32,8 @@ from tracerl.instrumentation.answer_split import RawTokens, split_answer
 from tracerl.instrumentation.answer_stream import SSERewriter, StreamTokens
 from tracerl.instrumentation.call_failure import CallFailure
 from tracerl.instrumentation.call_tokens import Tokens
-from tracerl.instrumentation.processor import agent_name, is_llm_span, llm_request_captured, llm_span_chain
-from tracerl.instrumentation.request_plan import Plan, endpoint_kind, plan_request
+from tracerl.instrumentation.processor import agent_name, is_llm_span, is_sdk_call_span, llm_request_captured, llm_span_chain
+from tracerl.instrumentation.request_plan import Plan, endpoint_kind, is_llm_request, plan_request
 from tracerl.instrumentation.settings import settings
 from tracerl.instrumentation.token_attributes import record, token_attributes
 from tracerl.schemas import attributes as A
@@ -72,6 +74,8 @@ def _build_request(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     if options.extra_json:
         body = {**body, **options.extra_json}
+    if kind == "messages" and not is_llm_request(kind, body):  # the Assistants API's POST /threads/{id}/messages
+        return wrapped(*args, **kwargs)
     plan, new_body = plan_call(kind, body, instance.base_url.host)
     if new_body is not None:
         # `options` is the SDK's own copy for this attempt: retries start again from theirs
@@ -107,7 +111,8 @@ class _Capture:
     def __init__(self, request: Any) -> None:
         self.plan, body = request.extensions[PLAN_EXTENSION]
         current = trace.get_current_span()
-        self.span: Span | None = current if current.is_recording() and is_llm_span(current) else None
+        fill = current.is_recording() and is_llm_span(current) and not is_sdk_call_span(current)
+        self.span: Span | None = current if fill else None
         if self.span is None:
             self.start_ns = time.time_ns()
             self.parent = context.get_current()

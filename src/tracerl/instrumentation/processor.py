@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind
 
 from tracerl.instrumentation import capture_stats, span_finisher
 from tracerl.instrumentation.privacy import ContentPolicy
-from tracerl.instrumentation.request_plan import RESPONSES_PATH, endpoint_kind
+from tracerl.instrumentation.request_plan import MESSAGES_PATH, RESPONSES_PATH, endpoint_kind
 from tracerl.instrumentation.sdk_internals import filter_attribute_writes
 from tracerl.instrumentation.settings import Settings
 from tracerl.schemas import attributes as A
@@ -56,6 +56,14 @@ def is_llm_span(span: object) -> bool:
     return any(attributes.get(key) in _LLM_OPERATIONS for key in _REQUEST_TYPE_KEYS)
 
 
+def is_sdk_call_span(span: object) -> bool:
+    """A span an LLM client SDK makes itself around each of its calls (the Anthropic SDK's, with
+    metadata only: no messages, no tokens): tracerl makes the call's LLM-call span under it instead
+    of filling it; the pipeline merges the two by response id."""
+    scope = getattr(span, "instrumentation_scope", None)
+    return getattr(scope, "name", None) == A.ANTHROPIC_SDK_SCOPE
+
+
 # True while an LLM hook (openai_hook) sends a request it captures: the HTTP client span
 # started inside is that call's transport; an LLM request's HTTP span outside is unrecognised.
 llm_request_captured: ContextVar[bool] = ContextVar("tracerl_llm_request_captured", default=False)
@@ -73,6 +81,8 @@ def _http_llm_request(span: Span) -> str | None:
     path = urlsplit(url).path
     kind = endpoint_kind(path)
     if kind is None or (kind == "responses" and not path.endswith("/v1" + RESPONSES_PATH)):  # another service's /responses
+        return None
+    if kind == "messages" and not path.endswith("/v1" + MESSAGES_PATH):  # OpenAI's /threads/{id}/messages, another service's
         return None
     return f"{method} {url.split('?', 1)[0]}"
 

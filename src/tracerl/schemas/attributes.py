@@ -17,11 +17,13 @@ PROMPT_TOKEN_IDS = "tracerl.llm.prompt_token_ids"
 COMPLETION_TOKEN_IDS = "tracerl.llm.completion_token_ids"
 COMPLETION_LOGPROBS = "tracerl.llm.completion_logprobs"
 POLICY_VERSION = "tracerl.policy.version"
-# Of an LLM call made through the OpenAI Responses API (src/tracerl/instrumentation/responses_api.py):
-# LLM_API says so, and PREVIOUS_RESPONSE_ID names the response it continued (its request's
+# Of an LLM call made through the OpenAI Responses API (src/tracerl/instrumentation/responses_api.py)
+# or Anthropic's Messages API (src/tracerl/instrumentation/messages_api.py): LLM_API says which, and
+# PREVIOUS_RESPONSE_ID names the response a Responses call continued (its request's
 # previous_response_id: the pipeline puts that conversation's earlier turns before the call's input)
 LLM_API = "tracerl.llm.api"
 LLM_API_RESPONSES = "responses"
+LLM_API_MESSAGES = "messages"
 PREVIOUS_RESPONSE_ID = "tracerl.llm.previous_response_id"
 
 REWARD_SPAN_NAME = "tracerl.reward"
@@ -54,6 +56,8 @@ GEN_AI_TOOL_CALL_ARGUMENTS = "arguments"  # field of a tool_call part (a JSON st
 GEN_AI_TOOL_CALL_RESPONSE_PART = "tool_call_response"  # a tool's result sent back to the model; its text is in "response"
 GEN_AI_FINISH_REASON = "finish_reason"  # field of an output message: why generation stopped ("stop", "length", ...)
 GEN_AI_PROVIDER_OPENAI = "openai"  # gen_ai.provider.name of every OpenAI-compatible API tracerl captures
+GEN_AI_PROVIDER_ANTHROPIC = "anthropic"  # ... and of Anthropic's Messages API, whoever serves it
+GEN_AI_REASONING_PART = "reasoning"  # a part holding the model's reasoning (Anthropic's thinking block); its text is in "content"
 # OTel's switch between conventions: with this value in it, only the latest GenAI names are written
 SEMCONV_GEN_AI_LATEST = "gen_ai_latest_experimental"
 GEN_AI_TOOL_NAME = "gen_ai.tool.name"
@@ -93,6 +97,8 @@ GEN_AI_REQUEST_TEMPERATURE = "gen_ai.request.temperature"
 GEN_AI_REQUEST_TOP_P = "gen_ai.request.top_p"
 GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
 GEN_AI_REQUEST_SEED = "gen_ai.request.seed"
+GEN_AI_REQUEST_TOP_K = "gen_ai.request.top_k"
+GEN_AI_REQUEST_STOP_SEQUENCES = "gen_ai.request.stop_sequences"
 GEN_AI_IS_STREAMING = "gen_ai.is_streaming"  # not (yet) in the conventions; what tracerl's LLM spans record
 GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
 GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
@@ -115,6 +121,13 @@ VLLM_RETURN_TOKEN_IDS_FIELD = "return_token_ids"  # request: true adds the two f
 VLLM_PROMPT_TOKEN_IDS_FIELD = "prompt_token_ids"  # top level of a response
 VLLM_CHOICE_TOKEN_IDS_FIELD = "token_ids"  # on each choice
 POLICY_VERSION_FIELD = "policy_version"  # tracerl server: top level of a response
+# Anthropic's Messages API has no token fields; tracerl serve answers a request with return_token_ids
+# (and logprobs: true) with PROMPT_TOKEN_IDS, CHOICE_TOKEN_IDS and this (chat's {"content": [...]})
+# at the top level of the message (of the message_delta event when streamed)
+MESSAGES_LOGPROBS_FIELD = "logprobs"
+# The instrumentation scope of the span the Anthropic SDK (2.x) makes around each of its calls
+# (anthropic._tracing): a parent of tracerl's LLM-call span, not that span (its content is metadata only)
+ANTHROPIC_SDK_SCOPE = "com.anthropic.sdk.python"
 POLICY_VERSION_HEADER = "x-tracerl-policy-version"
 
 # HTTP headers and gRPC metadata keys, lower case (how HTTP/2 and gRPC carry them; HTTP/1.1

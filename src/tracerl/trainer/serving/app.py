@@ -8,7 +8,8 @@ swaps in a new checkpoint between decode steps (``tracerl.trainer.publish`` call
 
 Here are the routes, request parsing and errors; the bodies are built in
 :mod:`~tracerl.trainer.serving.responses` (the Responses API's in
-:mod:`~tracerl.trainer.serving.responses_api`) and the tokens sampled by
+:mod:`~tracerl.trainer.serving.responses_api`, Anthropic's Messages API's in
+:mod:`~tracerl.trainer.serving.messages_api`) and the tokens sampled by
 :mod:`~tracerl.trainer.serving.engine`. ``running_server()`` starts it on loopback in a
 background thread (tests, the demo); ``tracerl serve`` runs it in the foreground.
 """
@@ -45,12 +46,14 @@ from tracerl.trainer.serving.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     LoadWeightsRequest,
+    MessagesRequest,
     RequestError,
     ResponsesRequest,
     parse_request,
 )
 from tracerl.trainer.serving.responses import ChatReply, CompletionReply
 from tracerl.trainer.serving.responses_api import ResponseStore, ResponsesReply, conversation
+from tracerl.trainer.serving.messages_api import MessagesReply, chat_request
 from tracerl.core.uvicorn_thread import serve_in_thread
 
 
@@ -81,6 +84,7 @@ def create_app(
             Route("/v1/chat/completions", api.chat_completions, methods=["POST"]),
             Route("/v1/completions", api.completions, methods=["POST"]),
             Route("/v1/responses", api.responses, methods=["POST"]),
+            Route(MESSAGES_ROUTE, api.messages, methods=["POST"]),
             Route("/v1/models", api.models, methods=["GET"]),
             Route(f"/v1{A.LOAD_WEIGHTS_PATH}", api.load_weights, methods=["POST"]),
             Route("/health", api.health, methods=["GET"]),
@@ -156,14 +160,24 @@ class _Api:
         reply = ResponsesReply(req, prompt, turn, self.engine.tokenizer, self.model_name, self.responses_store)
         return await self._generate(request, reply, [prompt], params)
 
+    async def messages(self, request: Request) -> Response:
+        req = parse_request(MessagesRequest, await _body(request))
+        prompt = chat_prompt_ids(self.engine.tokenizer, chat_request(req))
+        top_logprobs = (req.top_logprobs or 0) if req.logprobs else 0
+        params = self._sampling_params(req, [prompt], top_logprobs, prompt_param="messages")
+        reply = MessagesReply(req, prompt, self.engine.tokenizer, self.model_name)
+        return await self._generate(request, reply, [prompt], params)
+
     async def _generate(
-        self, request: Request, reply: ChatReply | CompletionReply | ResponsesReply, prompts: list[list[int]], params: SamplingParams
+        self, request: Request, reply: ChatReply | CompletionReply | ResponsesReply | MessagesReply, prompts: list[list[int]],
+        params: SamplingParams,
     ) -> Response:
         """Run the request; answer once it is admitted, when its policy version is known."""
         handle = self.engine.submit(prompts, params, n=reply.req.n)
         reply.version = await _admitted(handle)
         if reply.req.stream:
-            return _sse(reply.stream(handle), handle, reply.version, named_events=isinstance(reply, ResponsesReply))
+            style = "responses" if isinstance(reply, ResponsesReply) else "messages" if isinstance(reply, MessagesReply) else "chat"
+            return _sse(reply.stream(handle), handle, reply.version, style)
         return _json(reply.body(await _results(handle, request)), reply.version)
 
     def _sampling_params(self, req, prompts: list[list[int]], top_logprobs: int, *, prompt_param: str) -> SamplingParams:
@@ -247,9 +261,12 @@ def _json(body: dict, version: int, status: int = 200) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers={A.POLICY_VERSION_HEADER: str(version)})
 
 
-def _sse(chunks: AsyncIterator[dict], handle: GenerationHandle, version: int, named_events: bool = False) -> StreamingResponse:
-    """Server-sent events: chat and completion chunks end with ``[DONE]``; the Responses API's
-    events are named (``event: response.completed``) and end with their last event, as OpenAI's."""
+def _sse(chunks: AsyncIterator[dict], handle: GenerationHandle, version: int, style: str = "chat") -> StreamingResponse:
+    """Server-sent events: chat and completion chunks end with ``[DONE]``; the Responses API's and
+    the Messages API's events are named (``event: response.completed``, ``event: message_stop``)
+    and end with their last event, as OpenAI's and Anthropic's."""
+    named_events = style != "chat"
+
     async def lines() -> AsyncIterator[str]:
         try:
             async for chunk in chunks:
@@ -258,8 +275,11 @@ def _sse(chunks: AsyncIterator[dict], handle: GenerationHandle, version: int, na
             if not named_events:
                 yield "data: [DONE]\n\n"
         except GenerationError as exc:
-            if named_events:  # the Responses API's error event
+            if style == "responses":  # the Responses API's error event
                 error = {"type": "error", "message": str(exc), "code": "server_error", "param": None}
+                yield f"event: error\ndata: {json.dumps(error)}\n\n"
+            elif style == "messages":  # Anthropic's
+                error = {"type": "error", "error": {"type": "api_error", "message": str(exc)}}
                 yield f"event: error\ndata: {json.dumps(error)}\n\n"
             else:
                 yield f"data: {json.dumps(RequestError(str(exc), status=500, type='server_error').body())}\n\n"
@@ -269,11 +289,16 @@ def _sse(chunks: AsyncIterator[dict], handle: GenerationHandle, version: int, na
     return StreamingResponse(lines(), media_type="text/event-stream", headers={A.POLICY_VERSION_HEADER: str(version)})
 
 
-SERVED_ROUTES = "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses and GET /v1/models"
+SERVED_ROUTES = "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, POST /v1/messages and GET /v1/models"
+MESSAGES_ROUTE = "/v1/messages"  # Anthropic's Messages API: its errors in Anthropic's shape
 
 
 async def _request_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestError)
+    if request.url.path == MESSAGES_ROUTE:  # {"type": "error", "error": {"type", "message"}} (+ the field it names)
+        kind = "api_error" if exc.type == "server_error" else exc.type
+        body = {"type": "error", "error": {"type": kind, "message": exc.message, "param": exc.param}}
+        return JSONResponse(body, status_code=exc.status)
     return JSONResponse(exc.body(), status_code=exc.status)
 
 

@@ -30,7 +30,7 @@ def serve(
         EngineConfig.policy_version, "--policy-version", min=0, help="Version the served weights are (e.g. when restarting on round k's checkpoint)."
     ),
 ) -> None:
-    """Serve a policy over the OpenAI API (chat, completions, responses) with token ids, log-probs and policy versions."""
+    """Serve a policy over the OpenAI API (chat, completions, responses) and Anthropic's (messages) with token ids, log-probs and policy versions."""
     import uvicorn
 
     from tracerl.trainer.serving.app import create_app

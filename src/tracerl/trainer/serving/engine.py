@@ -62,6 +62,7 @@ class ChoiceResult:
     top_logprobs: list[list[tuple[int, float]]]
     text: str
     finish_reason: str  # "stop" | "length"
+    stop_string: str | None = None  # the stop string that ended it (finish_reason "stop"), if one did
 
 
 @dataclass
@@ -474,13 +475,14 @@ class GenerationEngine:
         """Emit the step (and the result if the row finished); return whether it finished."""
         params = row.group.params
         text = self.tokenizer.decode(row.generated, skip_special_tokens=True)
-        finish = None
+        finish = matched = None
         if token in self.eos_token_ids and not params.ignore_eos:
             finish = "stop"
         else:
-            hits = [i for i in (text.find(s) for s in params.stop) if i >= 0]
+            hits = [(i, s) for s in params.stop if (i := text.find(s)) >= 0]
             if hits:
-                text, finish = text[: min(hits)], "stop"
+                at, matched = min(hits, key=lambda hit: hit[0])
+                text, finish = text[:at], "stop"
             elif len(row.generated) >= params.max_tokens or len(row.tokens) >= self.max_context:
                 finish = "length"
         visible = text if finish else _stable_prefix(text, params.stop)
@@ -489,7 +491,7 @@ class GenerationEngine:
         handle = row.group.handle
         self._outbox.append((handle, TokenStep(row.choice, token, row.logprobs[-1], tops, delta)))
         if finish:
-            result = ChoiceResult(row.choice, row.prompt, row.generated, row.logprobs, row.top_logprobs, text, finish)
+            result = ChoiceResult(row.choice, row.prompt, row.generated, row.logprobs, row.top_logprobs, text, finish, matched)
             self._outbox.append((handle, result))
         return finish is not None
 

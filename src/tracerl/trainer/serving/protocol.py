@@ -171,6 +171,52 @@ class ResponsesRequest(_SamplingRequest):
         return "message.output_text.logprobs" in (self.include or ())
 
 
+class MessagesRequest(_SamplingRequest):
+    """``POST /v1/messages``: the subset of Anthropic's Messages API the ``anthropic`` SDK sends.
+
+    ``system`` is text or text blocks; ``messages`` hold text or blocks (``text``, ``tool_use``,
+    ``tool_result``; ``thinking`` is passed over), turned into chat messages by
+    :mod:`~tracerl.trainer.serving.messages_api`; ``tools`` are ``{name, description, input_schema}``.
+    Besides Anthropic's fields, chat's ``return_token_ids`` and ``logprobs`` (``top_logprobs``)
+    return the exact prompt and completion ids and the sampled log-probs.
+    """
+
+    messages: Annotated[list[dict[str, Any]], Field(min_length=1)]
+    max_tokens: Annotated[int, Field(ge=1)]  # required, as Anthropic's API has it
+    system: str | list[dict[str, Any]] | None = None
+    stop_sequences: list[str] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: dict[str, Any] | None = None
+    top_k: int | None = None
+    thinking: dict[str, Any] | None = None
+    logprobs: bool = False  # tracerl's, as chat's: the sampled tokens' log-probs ({"content": [...]})
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    n: Literal[1] = 1  # one message per request
+
+    limit_param: ClassVar[str] = "max_tokens"
+
+    @field_validator("top_k")
+    @classmethod
+    def _no_top_k(cls, value):
+        if value:
+            raise ValueError("the built-in server does not implement top_k sampling; leave it out")
+        return value
+
+    @field_validator("thinking")
+    @classmethod
+    def _no_thinking(cls, value):
+        if value and value.get("type") not in (None, "disabled"):
+            raise ValueError("extended thinking is not served by the built-in server (its models write no thinking); "
+                             "leave it out or send {\"type\": \"disabled\"}")
+        return value
+
+    def token_limit(self) -> int | None:
+        return self.max_tokens
+
+    def stop_strings(self) -> tuple[str, ...]:
+        return tuple(s for s in self.stop_sequences or () if s)
+
+
 class LoadWeightsRequest(_Lenient):
     path: Annotated[str, Field(min_length=1)]
     version: Annotated[int, Field(ge=0)] | None = None

@@ -1,7 +1,7 @@
 """An ASGI middleware for ``vllm serve`` that stamps each completion with the policy version.
 
 vLLM numbers its weights (``POST /update_weight_version``, ``GET /weight_info``) but does
-not say in a chat, completions or Responses answer which weights produced it, so the capture could
+not say in a chat, completions, Responses or Messages answer which weights produced it, so the capture could
 not put ``tracerl.policy.version`` on the span. Loaded into vLLM's API server
 (``vllm serve ... --middleware tracerl.trainer.serving.vllm_policy_version.PolicyVersionHeader``,
 with tracerl importable there: ``pip install --no-deps tracerl``), it adds tracerl's
@@ -38,13 +38,14 @@ _HEADER = A.POLICY_VERSION_HEADER.encode("latin-1")
 
 
 class PolicyVersionHeader:
-    """Adds ``x-tracerl-policy-version`` to the answers of ``/v1/chat/completions``, ``/v1/completions`` and ``/v1/responses``."""
+    """Adds ``x-tracerl-policy-version`` to the answers of ``/v1/chat/completions``, ``/v1/completions``,
+    ``/v1/responses`` and ``/v1/messages`` (Anthropic's Messages API)."""
 
     def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
         self.app = app
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Callable, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].endswith(("/completions", "/responses")):
+        if scope["type"] != "http" or not scope["path"].endswith(("/completions", "/responses", "/messages")):
             await self.app(scope, receive, send)
             return
 
