@@ -29,7 +29,7 @@ from openai import AsyncOpenAI
 from opentelemetry import trace
 
 import tracerl
-from examples.bfcl.task import Task, Verdict, function_names, openai_tools, tool_name, verdict
+from examples.bfcl.task import Task, Verdict, argument_share, function_names, openai_tools, tool_name, verdict
 from tracerl.instrumentation.agent_env import POLICY_MODEL_NAME
 from tracerl.schemas import environment as E
 
@@ -68,16 +68,21 @@ def offered_tools(task: Task, examples: list[dict]) -> list[dict]:
     return openai_tools(replace(task, functions=[*task.functions, *extra]))
 
 
-def reward(got: Verdict, partial_credit: bool) -> float:
+def reward(got: Verdict, partial_credit: bool, argument_share: float | None = None) -> float:
     """1 when BFCL's checker passes the calls; with ``partial_credit``, 0.5 for calls that name the right
-    function(s) but fail the check. The held-out measure is the verdict alone (the ``bfcl.verdict`` span)."""
+    function(s) but fail the check; with ``argument_share`` (``--argument-credit``), 0.9 x the share of
+    the arguments the checker accepts one at a time, so the right function alone earns nothing and each
+    right argument earns what the pass needs. The held-out measure is the verdict alone (the ``bfcl.verdict`` span)."""
     if got.valid:
         return 1.0
+    if argument_share is not None:
+        return 0.9 * argument_share if got.right_function else 0.0
     return 0.5 if partial_credit and got.right_function else 0.0
 
 
 async def run_episode(
     client: AsyncOpenAI, task: Task, examples: list[dict], temperature: float, seed: int, model: str, shown: int, partial_credit: bool,
+    argument_credit: bool = False,
 ) -> float:
     with tracerl.episode(task_id=task.task_id, split=task.split):
         response = await client.chat.completions.create(
@@ -90,12 +95,13 @@ async def run_episode(
         attributes = {"bfcl.category": task.category, "bfcl.parsed": got.parsed, "bfcl.right_function": got.right_function,
                       "bfcl.valid": got.valid, "bfcl.error_type": got.error_type}
         trace.get_tracer("examples.bfcl").start_span(VERDICT_SPAN, attributes=attributes).end()
-        value = reward(got, partial_credit)
+        value = reward(got, partial_credit, argument_share(task, calls) if argument_credit else None)
         tracerl.emit_reward(value, name="bfcl")
         return value
 
 
-async def run_all(lines: list[dict], model: str, concurrency: int, shown: int, partial_credit: bool = False) -> list[float]:
+async def run_all(lines: list[dict], model: str, concurrency: int, shown: int, partial_credit: bool = False,
+                  argument_credit: bool = False) -> list[float]:
     gate = asyncio.Semaphore(concurrency)
     client = AsyncOpenAI(base_url=os.environ[E.OPENAI_BASE_URL_ENV], api_key=os.environ.get(E.OPENAI_API_KEY_ENV, "unused"), max_retries=2)
 
@@ -103,7 +109,7 @@ async def run_all(lines: list[dict], model: str, concurrency: int, shown: int, p
         line = dict(line)
         temperature, seed, examples = line.pop("temperature"), line.pop("seed"), line.pop("examples", [])
         async with gate:
-            return await run_episode(client, Task(**line), examples, temperature, seed, model, shown, partial_credit)
+            return await run_episode(client, Task(**line), examples, temperature, seed, model, shown, partial_credit, argument_credit)
 
     try:
         return await asyncio.gather(*(one(line) for line in lines))
@@ -119,10 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=2, help="solved questions shown before each question (0: none)")
     parser.add_argument("--partial-credit", action="store_true",
                         help="0.5 for calls that name the right function but fail the check (a signal while passes are rare)")
+    parser.add_argument("--argument-credit", action="store_true",
+                        help="instead: 0.9 x the share of arguments BFCL's checker accepts one at a time, for the right function")
     args = parser.parse_args(argv)
+    if args.partial_credit and args.argument_credit:
+        parser.error("--partial-credit and --argument-credit are two rewards for a failed check: give one")
     with open(args.tasks, encoding="utf-8") as handle:
         lines = [json.loads(line) for line in handle if line.strip()]
-    rewards = asyncio.run(run_all(lines, args.model, args.concurrency, args.examples, args.partial_credit))
+    rewards = asyncio.run(run_all(lines, args.model, args.concurrency, args.examples, args.partial_credit, args.argument_credit))
     print(json.dumps({"episodes": len(rewards), "mean_reward": sum(rewards) / max(len(rewards), 1)}))
     return 0
 

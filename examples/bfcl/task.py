@@ -200,6 +200,33 @@ def verdict(task: Task, tool_calls: list[dict]) -> Verdict:
     return Verdict(True, right, bool(result["valid"]), "" if result["valid"] else str(result.get("error_type", "")))
 
 
+def argument_share(task: Task, tool_calls: list[dict]) -> float:
+    """The share of the expected call's arguments that BFCL's checker accepts, judged one at a time.
+
+    For an argument: the accepted answer with that one argument as the response gave it (or left
+    out, as it left it out) goes to the leaderboard's own checker; it passes iff the response got
+    that argument right. So the share follows the checker's rules (types, optional arguments, string
+    normalisation) with no second set of rules to drift from them. 0 unless the response is one call
+    of the one expected function (the categories trained here)."""
+    from examples.bfcl.checker import check
+
+    calls = decoded_calls(tool_calls)
+    if calls is None or len(calls) != 1 or len(task.ground_truth) != 1:
+        return 0.0
+    (name, given), = calls[0].items()
+    (expected,) = reference_calls(task)
+    if name != tool_name(expected["name"]):
+        return 0.0
+    (accepted,) = task.ground_truth[0].values()
+    right = 0
+    for argument in accepted:
+        trial = {k: v for k, v in expected["arguments"].items() if k != argument}
+        if argument in given:
+            trial[argument] = given[argument]
+        right += bool(check(task, [{name: trial}])["valid"])
+    return right / len(accepted) if accepted else 0.0
+
+
 def _accepted(values: Any) -> Any:
     """The first accepted value of an argument (BFCL lists them; ``""`` marks it optional), nested
     dicts and lists of dicts resolved the same way; ``_OMIT`` when only omission is accepted."""

@@ -64,6 +64,26 @@ def test_each_way_of_getting_a_call_wrong_fails_with_the_checkers_error_type():
     assert checked > 1000  # several hundred questions, each spoiled two to four ways
 
 
+def test_argument_credit_is_the_share_of_arguments_the_checker_accepts_one_at_a_time():
+    """--argument-credit's measure: 1 for an accepted answer, one argument spoiled takes its share away,
+    the right function with no argument right earns 0 (naming the function alone is not paid)."""
+    checked = 0
+    for task in SIMPLE[:120]:
+        (call,) = bfcl.reference_calls(task)
+        accepted = next(iter(task.ground_truth[0].values()))
+        assert bfcl.argument_share(task, openai_calls([call])) == 1.0
+        numeric = [p for p, v in call["arguments"].items()
+                   if task.functions[0]["parameters"]["properties"][p]["type"] == "integer" and isinstance(v, int)]
+        if numeric:
+            spoiled = {**call, "arguments": {**call["arguments"], numeric[0]: "a string"}}
+            assert bfcl.argument_share(task, openai_calls([spoiled])) == (len(accepted) - 1) / len(accepted)
+            checked += 1
+        assert bfcl.argument_share(task, openai_calls([{**call, "name": call["name"] + "_v2"}])) == 0.0
+        wrong = {**call, "arguments": {p: "a string" if isinstance(v, int) else 123456 for p, v in call["arguments"].items()}}
+        assert bfcl.argument_share(task, openai_calls([wrong])) < 1.0
+    assert checked > 20
+
+
 def test_a_response_without_calls_or_with_arguments_that_are_not_json_does_not_parse():
     task = SIMPLE[0]
     assert bfcl.verdict(task, []) == bfcl.Verdict(False, False, False, "no_call")
@@ -120,3 +140,13 @@ def test_a_users_own_file_in_bfcls_format_loads_and_bad_lines_are_named(tmp_path
         bfcl.load_file(tmp_path / "absent.jsonl")
     with pytest.raises(bfcl.BfclDataError, match="no BFCL category 'simple_cobol'"):
         bfcl.load_category("simple_cobol")
+
+
+def test_the_rewards_for_a_failed_check_pay_what_each_says():
+    from examples.bfcl.agent import reward
+
+    passed, right_function, wrong = bfcl.Verdict(True, True, True, ""), bfcl.Verdict(True, True, False, "x"), bfcl.Verdict(True, False, False, "y")
+    assert [reward(v, False) for v in (passed, right_function, wrong)] == [1.0, 0.0, 0.0]
+    assert [reward(v, True) for v in (passed, right_function, wrong)] == [1.0, 0.5, 0.0]
+    assert [reward(v, False, 0.5) for v in (passed, right_function, wrong)] == [1.0, 0.45, 0.0]
+    assert reward(right_function, False, 0.0) == 0.0  # the right function with every argument wrong earns nothing
