@@ -20,11 +20,10 @@ from tracerl.instrumentation.answer_split import split_answer
 from tracerl.instrumentation.answer_stream import SSERewriter, StreamTokens
 from tracerl.instrumentation.request_plan import Plan, endpoint_kind, is_llm_request, plan_request
 from tracerl.schemas import attributes as A
-from tracerl.schemas.tokens import decode
 from tracerl_testing.installed import require_module
 
 from .conftest import Captured
-from .test_responses_capture import build, teach, texts
+from .test_responses_capture import build, check_span, teach, texts
 
 anthropic = require_module("anthropic", "pip install -e '.[frameworks]' (or pip install anthropic)")
 pytestmark = pytest.mark.frameworks  # the anthropic SDK comes with the [frameworks] extra
@@ -78,15 +77,6 @@ def served():
 
 def llm_spans(spans) -> list:
     return [s for s in spans.get_finished_spans() if s.attributes.get(A.LLM_API) == A.LLM_API_MESSAGES]
-
-
-def check_span(span, truth: dict) -> None:
-    assert decode(span.attributes[A.PROMPT_TOKEN_IDS]) == truth["prompt"]
-    assert decode(span.attributes[A.COMPLETION_TOKEN_IDS]) == truth["completion"]
-    assert decode(span.attributes[A.COMPLETION_LOGPROBS]) == pytest.approx(truth["logprobs"], abs=1e-4)
-    assert span.attributes[A.POLICY_VERSION] == truth["version"] == 0
-    assert span.attributes[A.GEN_AI_RESPONSE_ID] == truth["id"]
-    assert A.TOKEN_IDS_MISSING not in span.attributes
 
 
 def client(served, **options):
