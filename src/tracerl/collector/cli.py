@@ -15,6 +15,7 @@ from tracerl.collector.compaction import (
     CompactionSettings,
     PartitionResult,
     PeriodicCompaction,
+    check_data_folder,
 )
 from tracerl.collector.compaction import compact as compact_pass
 from tracerl.collector.service import MiB, CollectorConfig, replay_unused_wals
@@ -109,6 +110,7 @@ def compact(
             progress.console.print(result.describe(), markup=False, highlight=False, soft_wrap=True)
 
         try:
+            check_data_folder(out, tuple(table))
             compact_pass(out, settings, tables=tuple(table), on_partition=show)
         except (CompactionBusy, OSError, RuntimeError, ValueError) as exc:
             typer.echo(f"error: {exc}", err=True)
