@@ -201,13 +201,16 @@ def verdict(task: Task, tool_calls: list[dict]) -> Verdict:
 
 
 def argument_share(task: Task, tool_calls: list[dict]) -> float:
-    """The share of the expected call's arguments that BFCL's checker accepts, judged one at a time.
+    """The share of the arguments that matter which BFCL's checker accepts, judged one at a time.
 
-    For an argument: the accepted answer with that one argument as the response gave it (or left
-    out, as it left it out) goes to the leaderboard's own checker; it passes iff the response got
-    that argument right. So the share follows the checker's rules (types, optional arguments, string
-    normalisation) with no second set of rules to drift from them. 0 unless the response is one call
-    of the one expected function (the categories trained here)."""
+    The arguments that matter: those the accepted answer requires (no ``""`` among its values) and
+    those the response gave. An optional argument left out is neither right nor wrong, so leaving
+    everything out earns nothing (an earlier share counted omitted optional arguments as right, and
+    the policy learned to call the function with no arguments); an argument the function does not
+    have is wrong. For each: the accepted answer with that one argument as the response gave it (or
+    left out) goes to the leaderboard's own checker; it passes iff the response got that argument
+    right, so the share follows the checker's rules (types, string normalisation) with no second set
+    of rules to drift from them. 0 unless the response is one call of the one expected function."""
     from examples.bfcl.checker import check
 
     calls = decoded_calls(tool_calls)
@@ -218,13 +221,17 @@ def argument_share(task: Task, tool_calls: list[dict]) -> float:
     if name != tool_name(expected["name"]):
         return 0.0
     (accepted,) = task.ground_truth[0].values()
+    required = {a for a, values in accepted.items() if not (isinstance(values, list) and "" in values)}
+    judged = sorted(required | set(given))
     right = 0
-    for argument in accepted:
+    for argument in judged:
+        if argument not in accepted:
+            continue
         trial = {k: v for k, v in expected["arguments"].items() if k != argument}
         if argument in given:
             trial[argument] = given[argument]
         right += bool(check(task, [{name: trial}])["valid"])
-    return right / len(accepted) if accepted else 0.0
+    return right / len(judged) if judged else float(check(task, [{name: given}])["valid"])
 
 
 def _accepted(values: Any) -> Any:

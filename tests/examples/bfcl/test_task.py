@@ -64,20 +64,28 @@ def test_each_way_of_getting_a_call_wrong_fails_with_the_checkers_error_type():
     assert checked > 1000  # several hundred questions, each spoiled two to four ways
 
 
-def test_argument_credit_is_the_share_of_arguments_the_checker_accepts_one_at_a_time():
-    """--argument-credit's measure: 1 for an accepted answer, one argument spoiled takes its share away,
-    the right function with no argument right earns 0 (naming the function alone is not paid)."""
+def test_argument_credit_is_the_share_of_the_arguments_that_matter_the_checker_accepts():
+    """--argument-credit's measure over the arguments the answer requires plus those the response gave:
+    1 for an accepted answer; one argument spoiled takes its share away; an argument the function lacks
+    counts against; leaving out optional arguments earns nothing (a call with no arguments scores 0 when
+    any are required); the wrong function earns 0."""
     checked = 0
     for task in SIMPLE[:120]:
         (call,) = bfcl.reference_calls(task)
         accepted = next(iter(task.ground_truth[0].values()))
+        required = [a for a, values in accepted.items() if "" not in values]
+        judged = len(set(required) | set(call["arguments"]))
         assert bfcl.argument_share(task, openai_calls([call])) == 1.0
         numeric = [p for p, v in call["arguments"].items()
                    if task.functions[0]["parameters"]["properties"][p]["type"] == "integer" and isinstance(v, int)]
         if numeric:
             spoiled = {**call, "arguments": {**call["arguments"], numeric[0]: "a string"}}
-            assert bfcl.argument_share(task, openai_calls([spoiled])) == (len(accepted) - 1) / len(accepted)
+            assert bfcl.argument_share(task, openai_calls([spoiled])) == (judged - 1) / judged
             checked += 1
+        extra = {**call, "arguments": {**call["arguments"], "not_a_parameter": 1}}
+        assert bfcl.argument_share(task, openai_calls([extra])) == judged / (judged + 1)
+        if required:
+            assert bfcl.argument_share(task, openai_calls([{**call, "arguments": {}}])) == 0.0
         assert bfcl.argument_share(task, openai_calls([{**call, "name": call["name"] + "_v2"}])) == 0.0
         wrong = {**call, "arguments": {p: "a string" if isinstance(v, int) else 123456 for p, v in call["arguments"].items()}}
         assert bfcl.argument_share(task, openai_calls([wrong])) < 1.0
