@@ -69,15 +69,19 @@ def offered_tools(task: Task, examples: list[dict]) -> list[dict]:
 
 
 def reward(got: Verdict, partial_credit: bool, argument_share: float | None = None) -> float:
-    """1 when BFCL's checker passes the calls; with ``partial_credit``, 0.5 for calls that name the right
-    function(s) but fail the check; with ``argument_share`` (``--argument-credit``), 0.9 x the share of
-    the arguments the checker accepts one at a time, so the right function alone earns nothing and each
-    right argument earns what the pass needs. The held-out measure is the verdict alone (the ``bfcl.verdict`` span)."""
+    """1 when BFCL's checker passes the calls. For calls that name the right function(s) but fail the
+    check: with ``partial_credit``, 0.5; with ``argument_share`` (``--argument-credit``), 0.2 plus 0.7 x
+    the share of the arguments that matter the checker accepts, so that naming the function (what the
+    small model must learn first) is paid a little and each right argument most of what the pass needs
+    (0.5 for the function alone was climbed without the passes following). The held-out measure is the
+    verdict alone (the ``bfcl.verdict`` span)."""
     if got.valid:
         return 1.0
+    if not got.right_function:
+        return 0.0
     if argument_share is not None:
-        return 0.9 * argument_share if got.right_function else 0.0
-    return 0.5 if partial_credit and got.right_function else 0.0
+        return 0.2 + 0.7 * argument_share
+    return 0.5 if partial_credit else 0.0
 
 
 async def run_episode(
@@ -126,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partial-credit", action="store_true",
                         help="0.5 for calls that name the right function but fail the check (a signal while passes are rare)")
     parser.add_argument("--argument-credit", action="store_true",
-                        help="instead: 0.9 x the share of arguments BFCL's checker accepts one at a time, for the right function")
+                        help="instead: 0.2 for the right function plus 0.7 x the share of its arguments BFCL's checker accepts")
     args = parser.parse_args(argv)
     if args.partial_credit and args.argument_credit:
         parser.error("--partial-credit and --argument-credit are two rewards for a failed check: give one")

@@ -156,5 +156,6 @@ def test_the_rewards_for_a_failed_check_pay_what_each_says():
     passed, right_function, wrong = bfcl.Verdict(True, True, True, ""), bfcl.Verdict(True, True, False, "x"), bfcl.Verdict(True, False, False, "y")
     assert [reward(v, False) for v in (passed, right_function, wrong)] == [1.0, 0.0, 0.0]
     assert [reward(v, True) for v in (passed, right_function, wrong)] == [1.0, 0.5, 0.0]
-    assert [reward(v, False, 0.5) for v in (passed, right_function, wrong)] == [1.0, 0.45, 0.0]
-    assert reward(right_function, False, 0.0) == 0.0  # the right function with every argument wrong earns nothing
+    assert [reward(v, False, 0.5) for v in (passed, right_function, wrong)] == [1.0, 0.55, 0.0]
+    assert reward(right_function, False, 0.0) == 0.2  # the right function with every argument wrong: the function's share only
+    assert reward(right_function, False, 0.99) < 1.0  # no failed check earns what a pass earns
