@@ -326,6 +326,43 @@ def test_openais_assistants_messages_path_is_left_alone(spans):
     assert json.loads(sent[0]) == {"role": "user", "content": "hi"} and llm_spans(spans) == []
 
 
+COUNTING_AGENT = """
+    import json, os
+    import anthropic, openai
+
+    asked = [{"role": "user", "content": "task: add 3 4"}]
+    claude = anthropic.Anthropic(base_url=os.environ["BASE_URL"].removesuffix("/v1"), api_key="none", max_retries=0)
+    counted = claude.messages.count_tokens(model="policy", system="Use the add tool.", messages=asked)
+    reply = claude.messages.create(model="policy", system="Use the add tool.", messages=asked, max_tokens=16)
+    gpt = openai.OpenAI(base_url=os.environ["BASE_URL"], api_key="none", max_retries=0)
+    input_tokens = gpt.responses.input_tokens.count(model="policy", input="task: add 3 4")
+    print(json.dumps({"counted": counted.input_tokens, "input_tokens": input_tokens.input_tokens, "id": reply.id}))
+"""
+
+
+def test_counting_tokens_is_no_llm_call_for_capture_nor_for_the_pipeline(captured, server):
+    """Anthropic's ``messages.count_tokens`` (POST /v1/messages/count_tokens) and OpenAI's
+    ``responses.input_tokens.count`` generate nothing: the server gets the agent's body unchanged (no
+    token fields asked for), capture makes no LLM-call span of them, and the Anthropic SDK's own span
+    of count_tokens (which names the provider and the model, as on every call the SDK makes) is no LLM
+    call for the pipeline: the one call that generated is the episode's only LLM call and transition."""
+    done = captured.tracerl_run(COUNTING_AGENT, "--episode-id", "ep-count")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    asked = [{"role": "user", "content": "task: add 3 4"}]
+    counting = [c for c in server.calls if c.path.endswith(("/count_tokens", "/input_tokens"))]
+    assert [c.request for c in counting] == [{"model": "policy", "system": "Use the add tool.", "messages": asked},
+                                            {"model": "policy", "input": "task: add 3 4"}]
+    assert [result["counted"], result["input_tokens"]] == [len(c.prompt_token_ids) for c in counting]
+    sdk_spans = {r["name"] for r in captured.rows() if r["scope_name"] == A.ANTHROPIC_SDK_SCOPE}
+    assert sdk_spans == {"anthropic.messages.count_tokens", "anthropic.messages.create"}
+    (call,) = [r for r in captured.rows() if A.LLM_API in json.loads(r["attributes"])]  # tracerl's LLM-call spans
+    assert call["response_id"] == result["id"] and call["prompt_token_ids"] is not None
+    rows, manifest = build(captured, "ep-count")
+    assert manifest["counts"]["llm_calls"]["total"] == 1  # the create's two spans merged by response id; count_tokens none
+    assert [row["response_id"] for row in rows] == [result["id"]]
+
+
 def test_the_gateway_records_messages_calls_of_agents_it_cannot_instrument(spans, served):
     """Whole and streamed, plain HTTP, and the anthropic SDK through an episode-scoped URL (no trace headers of its episode)."""
     import httpx

@@ -148,7 +148,7 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE span_meta_raw AS
-        SELECT trace_id, span_id, parent_span_id, name, start_time_unix_nano AS start_ns,
+        SELECT trace_id, span_id, parent_span_id, name, scope_name, start_time_unix_nano AS start_ns,
                end_time_unix_nano AS end_ns, status_code, status_message,
                task_id, split, policy_version, response_id, request_model, response_model,
                -- only the (short) completion column is tested here: testing the prompt column
@@ -191,7 +191,7 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
             SELECT trace_id, CASE WHEN count(DISTINCT episode_attr) = 1 THEN max(episode_attr) END AS episode
             FROM span_meta_raw WHERE episode_attr IS NOT NULL GROUP BY trace_id
         )
-        SELECT s.*,
+        SELECT s.* EXCLUDE (scope_name),  -- read for is_llm only
                coalesce(s.episode_attr, t.episode, s.trace_id) AS episode_id,
                s.name NOT IN ('{A.REWARD_SPAN_NAME}', '{A.EPISODE_SPAN_NAME}') AND (
                    s.has_tokens
@@ -202,7 +202,10 @@ def build_span_meta(con: duckdb.DuckDBPyConnection) -> None:
                    OR lower(s.agentops_kind) = 'llm'
                    OR ((s.gen_ai_system IS NOT NULL OR s.gen_ai_provider IS NOT NULL)
                        AND s.gen_ai_operation IS NULL AND s.llm_request_type IS NULL AND s.gen_ai_request_type IS NULL
-                       AND s.openinference_kind IS NULL AND s.traceloop_kind IS NULL)
+                       AND s.openinference_kind IS NULL AND s.traceloop_kind IS NULL
+                       -- the Anthropic SDK names its provider on the span of every call; only its
+                       -- messages.create (operation chat) generates: count_tokens, models.list do not
+                       AND s.scope_name IS DISTINCT FROM {sql_str(A.ANTHROPIC_SDK_SCOPE)})
                ) AS is_llm,
                (s.gen_ai_operation = '{A.GEN_AI_EXECUTE_TOOL}' OR upper(s.openinference_kind) = 'TOOL'
                 OR lower(s.traceloop_kind) = 'tool' OR lower(s.agentops_kind) = 'tool'

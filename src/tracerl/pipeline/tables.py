@@ -71,7 +71,7 @@ RELATIONS: tuple[Relation, ...] = (
              "rewards from files (the data dir's rewards/ and --rewards), keyed by episode, trace, response or rollout id"),
     Relation("processed", "table", "dataset_folder", ("selection",), ("episode_id",),
              "episodes already in the dataset's transitions (incremental builds skip them; empty otherwise)"),
-    Relation("span_meta_raw", "table", "normalize", ("normalize",), _SPAN_META,
+    Relation("span_meta_raw", "table", "normalize", ("normalize",), (*_SPAN_META[:4], "scope_name", *_SPAN_META[4:]),
              "span_meta before duplicates are dropped and episodes resolved", scratch=True),
     Relation("span_meta", "table", "normalize", ("normalize", "episodes", "rewards", "credit", "build", "judge_events"),
              (*_SPAN_META, "episode_id", "is_llm", "is_tool"),

@@ -1,6 +1,7 @@
-"""The built-in server's Responses API (``POST /v1/responses``), driven by the real ``openai`` client:
-the prompt is the chat template over the conversation (instructions, items, earlier turns kept
-for ``previous_response_id``), and ``enable_response_messages`` returns its exact token ids."""
+"""The built-in server's Responses API (``POST /v1/responses``, ``GET /v1/responses/{id}``), driven by
+the real ``openai`` client: the prompt is the chat template over the conversation (instructions,
+items, earlier turns kept for ``previous_response_id``), ``enable_response_messages`` returns its
+exact token ids, and a kept response is retrieved as it was made."""
 
 from __future__ import annotations
 
@@ -149,6 +150,28 @@ def test_the_stream_helper_and_the_async_client(server):
     assert final.status in ("completed", "incomplete") and plain.usage.input_tokens == final.usage.input_tokens
 
 
+def test_a_kept_response_is_retrieved_as_it_was_made_without_its_token_fields(client):
+    made = client.responses.create(model="m", input="task: add 3 4", instructions="Be terse.", max_output_tokens=4,
+                                   temperature=0, extra_body=IDS)
+    raw = client.responses.with_raw_response.retrieve(made.id)
+    assert raw.headers[POLICY_VERSION_HEADER] == "0"
+    kept = raw.parse()
+    assert "input_messages" not in kept.model_extra and "output_messages" not in kept.model_extra  # asked by the create only
+    assert kept.model_dump() == made.model_dump(exclude={"input_messages", "output_messages"})
+    with client.responses.stream(model="m", input="hi", max_output_tokens=3) as stream:
+        final = [event for event in stream][-1].response
+    assert client.responses.retrieve(final.id).model_dump() == final.model_dump()
+
+
+def test_an_unknown_response_id_is_an_openai_404(client):
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.responses.retrieve("resp_nope")
+    assert caught.value.status_code == 404
+    assert caught.value.body == {"message": caught.value.body["message"], "type": "invalid_request_error", "param": "response_id",
+                                 "code": None}
+    assert caught.value.body["message"].startswith("Response with id 'resp_nope' not found.")
+
+
 @pytest.mark.parametrize(("body", "param", "words"), [
     ({"input": "hi", "previous_response_id": "resp_nope"}, "previous_response_id", "no such response"),
     ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0]", "function tools only"),
@@ -175,15 +198,21 @@ def test_store_false_is_not_kept_and_the_store_forgets_the_oldest(tmp_path):
         srv_client.responses.create(model="m", input="again", previous_response_id=kept.id, max_output_tokens=2)
         with pytest.raises(openai.BadRequestError, match="no such response"):
             srv_client.responses.create(model="m", input="again", previous_response_id=unkept.id, max_output_tokens=2)
+        assert srv_client.responses.retrieve(kept.id).id == kept.id
+        with pytest.raises(openai.NotFoundError, match="store left on"):
+            srv_client.responses.retrieve(unkept.id)
     from tracerl.trainer.serving.responses_api import ResponseStore
 
     store = ResponseStore(capacity=2)
-    store.put("a", None, [{"role": "user", "content": "1"}])
-    store.put("b", "a", [{"role": "user", "content": "2"}])
+    store.put("a", None, [{"role": "user", "content": "1"}], {"id": "a"})
+    store.put("b", "a", [{"role": "user", "content": "2"}], {"id": "b", "input_messages": [], "output_messages": []})
     assert [m["content"] for m in store.conversation("b")] == ["1", "2"]
-    store.put("c", "b", [{"role": "user", "content": "3"}])
+    assert store.response("b") == {"id": "b"}
+    store.put("c", "b", [{"role": "user", "content": "3"}], {"id": "c"})
     with pytest.raises(Exception, match="no longer kept"):
         store.conversation("c")
+    with pytest.raises(Exception, match="'a' not found"):
+        store.response("a")
 
 
 def test_raw_sse_names_each_event(server):

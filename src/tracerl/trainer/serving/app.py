@@ -84,6 +84,7 @@ def create_app(
             Route("/v1/chat/completions", api.chat_completions, methods=["POST"]),
             Route("/v1/completions", api.completions, methods=["POST"]),
             Route("/v1/responses", api.responses, methods=["POST"]),
+            Route("/v1/responses/{response_id}", api.retrieve_response, methods=["GET"]),
             Route(MESSAGES_ROUTE, api.messages, methods=["POST"]),
             Route("/v1/models", api.models, methods=["GET"]),
             Route(f"/v1{A.LOAD_WEIGHTS_PATH}", api.load_weights, methods=["POST"]),
@@ -103,7 +104,7 @@ class _Api:
         self.engine = engine
         self.model_name = model_name
         self.created = int(time.time())
-        self.responses_store = ResponseStore()  # the Responses API's turns, for previous_response_id
+        self.responses_store = ResponseStore()  # the Responses API's turns, for previous_response_id and retrieve
 
     # ---- plain endpoints -------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -159,6 +160,10 @@ class _Api:
         params = self._sampling_params(req, [prompt], top_logprobs, prompt_param="input")
         reply = ResponsesReply(req, prompt, turn, self.engine.tokenizer, self.model_name, self.responses_store)
         return await self._generate(request, reply, [prompt], params)
+
+    async def retrieve_response(self, request: Request) -> Response:
+        body = self.responses_store.response(request.path_params["response_id"])
+        return _json(body, body[A.POLICY_VERSION_FIELD])
 
     async def messages(self, request: Request) -> Response:
         req = parse_request(MessagesRequest, await _body(request))
@@ -289,7 +294,8 @@ def _sse(chunks: AsyncIterator[dict], handle: GenerationHandle, version: int, st
     return StreamingResponse(lines(), media_type="text/event-stream", headers={A.POLICY_VERSION_HEADER: str(version)})
 
 
-SERVED_ROUTES = "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, POST /v1/messages and GET /v1/models"
+SERVED_ROUTES = ("POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, GET /v1/responses/{id}, "
+                 "POST /v1/messages and GET /v1/models")
 MESSAGES_ROUTE = "/v1/messages"  # Anthropic's Messages API: its errors in Anthropic's shape
 
 

@@ -8,7 +8,8 @@ role, ``function_call`` items the tool calls of an assistant message, each
 ``function_call_output`` a ``tool`` message), and with ``previous_response_id`` the earlier turns
 of the conversation as this server kept them (:class:`ResponseStore`; like OpenAI, the earlier
 turns' ``instructions`` are not carried over). Function tools are the chat endpoint's tools,
-and a hermes ``<tool_call>`` reply becomes ``function_call`` output items.
+and a hermes ``<tool_call>`` reply becomes ``function_call`` output items. ``GET
+/v1/responses/{id}`` answers a kept response as it was made (:meth:`ResponseStore.response`).
 
 With vLLM's ``enable_response_messages`` the body carries the prompt's and the completion's
 token ids as vLLM 0.32 does for non-harmony models (``input_messages`` / ``output_messages``
@@ -19,6 +20,7 @@ Every body, and the ``response.completed`` event of a stream, names the policy v
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -35,6 +37,7 @@ from tracerl.trainer.serving.responses import MIN_LOGPROB, _Reply
 
 STORED_TURNS = 20_000  # responses kept for previous_response_id (each holds its own turn's messages only)
 RAW_MESSAGE_TOKENS = "raw_message_tokens"  # vLLM's type of an input_messages / output_messages entry
+TOKEN_FIELDS = ("input_messages", "output_messages")  # what enable_response_messages adds to a response
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
 
@@ -43,23 +46,41 @@ _TEXT_PARTS = ("input_text", "output_text", "text")
 class _Turn:
     previous: str | None  # the response this one continued
     messages: tuple[dict, ...]  # its input (instructions left out) and its output, as chat messages
+    response: bytes  # the response as made, as JSON (a fraction of the memory its dicts would hold)
 
 
 class ResponseStore:
-    """The turns of the responses this server made, for ``previous_response_id``: each keeps its
-    own input and output and the id it continued, so a chain costs memory once per turn. The
-    last :data:`STORED_TURNS` are kept (in memory: none survive a restart)."""
+    """The turns of the responses this server made, for ``previous_response_id`` and ``GET
+    /v1/responses/{id}``: each keeps its own input and output, the id it continued and the
+    response itself, so a chain costs memory once per turn. The last :data:`STORED_TURNS` are
+    kept (in memory: none survive a restart)."""
 
     def __init__(self, capacity: int = STORED_TURNS) -> None:
         self._turns: OrderedDict[str, _Turn] = OrderedDict()
         self._capacity = capacity
         self._lock = threading.Lock()
 
-    def put(self, response_id: str, previous: str | None, messages: list[dict]) -> None:
+    def put(self, response_id: str, previous: str | None, messages: list[dict], response: dict) -> None:
+        """Keep a turn; its response without the token fields (a retrieve cannot ask for them)."""
+        kept = json.dumps({k: v for k, v in response.items() if k not in TOKEN_FIELDS}).encode()
         with self._lock:
-            self._turns[response_id] = _Turn(previous, tuple(messages))
+            self._turns[response_id] = _Turn(previous, tuple(messages), kept)
             while len(self._turns) > self._capacity:
                 self._turns.popitem(last=False)
+
+    def response(self, response_id: str) -> dict:
+        """The response ``response_id`` as it was made (OpenAI's retrieve); a 404 when it is not kept."""
+        with self._lock:
+            turn = self._turns.get(response_id)
+            if turn is not None:
+                self._turns.move_to_end(response_id)
+        if turn is None:
+            raise RequestError(
+                f"Response with id {response_id!r} not found. This server keeps the last {self._capacity} responses "
+                "made with store left on, none from before a restart",
+                param="response_id", status=404,
+            )
+        return json.loads(turn.response)
 
     def conversation(self, response_id: str) -> list[dict]:
         """The chat messages of the conversation up to and including ``response_id``'s output."""
@@ -253,20 +274,20 @@ class ResponsesReply(_Reply):
             "tools": req.tools or [], "top_logprobs": req.top_logprobs, "top_p": req.top_p, "truncation": "disabled",
             "usage": _usage(self.prompt, result) if final else None, "user": None, "metadata": extra.get("metadata") or {},
         }
-        if final and result is not None and req.enable_response_messages:
+        if final and result is not None and req.enable_response_messages:  # TOKEN_FIELDS
             body["input_messages"] = [{"type": RAW_MESSAGE_TOKENS, "message": self.tokenizer.decode(self.prompt), "tokens": self.prompt}]
             body["output_messages"] = [{"type": RAW_MESSAGE_TOKENS, "message": result.text, "tokens": result.token_ids,
                                         "logprobs": [max(lp, MIN_LOGPROB) for lp in result.logprobs]}]
         body[A.POLICY_VERSION_FIELD] = self.version
         return body
 
-    def _keep(self, text: str, calls: list[dict]) -> None:
+    def _keep(self, text: str, calls: list[dict], response: dict) -> None:
         if self.req.store is False:
             return
         assistant: dict = {"role": "assistant", "content": text}
         if calls:
             assistant["tool_calls"] = calls
-        self.store.put(self.id, self.req.previous_response_id, [*self.turn, assistant])
+        self.store.put(self.id, self.req.previous_response_id, [*self.turn, assistant], response)
 
     # ---- whole body ----------------------------------------------------------------------
     def body(self, results: list[ChoiceResult]) -> dict:
@@ -279,8 +300,9 @@ class ResponsesReply(_Reply):
         if text or not calls:
             output.append(self._message(f"msg_{uuid.uuid4().hex}", text, status, self._logprobs(result) if not calls else None))
         output += [self._function_call(call) for call in calls]
-        self._keep(text, calls)
-        return self._response(status, output, result, final=True)
+        response = self._response(status, output, result, final=True)
+        self._keep(text, calls, response)
+        return response
 
     # ---- stream --------------------------------------------------------------------------
     def _event(self, kind: str, **fields: Any) -> dict:
@@ -342,9 +364,10 @@ class ResponsesReply(_Reply):
                               name=item["name"], arguments=item["arguments"])
             yield self._event("response.output_item.done", output_index=index, item=item)
             output.append(item)
-        self._keep(text, calls)
+        response = self._response(status, output, result, final=True)
+        self._keep(text, calls, response)
         kind = "response.incomplete" if status == "incomplete" else "response.completed"
-        yield self._event(kind, response=self._response(status, output, result, final=True))
+        yield self._event(kind, response=response)
 
     def _open_message(self, message_id: str) -> list[dict]:
         return [
