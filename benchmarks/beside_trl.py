@@ -156,10 +156,10 @@ def run_tracerl(folder: Path, seed: int, budget: Budget, out: Path) -> dict:
         "steps": [{
             "step": r["round"] + 1, "episodes": budget.episodes, "status": r["status"], "train_mean_reward": r["train_mean_reward"],
             "generation_seconds": r["rollout_seconds"], "preparation_seconds": r["build_seconds"], "train_seconds": r["train_seconds"],
-            "publish_seconds": round(r["save_seconds"] + r["publish_seconds"], 2), "generated_tokens": r["generated_tokens"],
+            "publish_seconds": round(r["checkpoint_seconds"] + r["publish_seconds"], 2), "generated_tokens": r["generated_tokens"],
             "trained_tokens": r["trained_tokens"], "transition_rows": r["transitions"],
             "trajectory_rows": trajectory_rows(out / f"tracerl-seed{seed}" / "rounds" / f"{r['round']:03d}"),
-        } for r in rows if "train_seconds" in r],
+        } for r in rows if r.get("status") == "trained"],
     }
 
 

@@ -34,6 +34,8 @@ from pathlib import Path
 
 from loop_runs import REPO, Variant, load_recipe, mean_spread, per_round_table, plot_curves, provenance, run_all
 
+from tracerl.schemas.run_metrics import upgraded
+
 RISE = 0.10  # absolute, on the primary held-out measure, mean over seeds
 STDS = 2.0  # the mean rise must be at least this many sample standard deviations of the seeds' rises
 OVER_CONTROL = 2.0  # the rise must be at least this many times the control's
@@ -123,13 +125,14 @@ def _skill_cell(run: dict) -> str:
 
 def committed_results(path: Path) -> list[dict]:
     """Runs as ``run_all`` returns them, from what a run left: a ``--results`` JSON, or a folder of
-    ``VARIANT-seedN-metrics.jsonl`` (the loop's own rows, as ``gpu_loop.sh`` copies them back)."""
+    ``VARIANT-seedN-metrics.jsonl`` (the loop's own rows, as ``gpu_loop.sh`` copies them back; rows of older runs
+    read in today's field names)."""
     if path.is_file():
         return json.loads(path.read_text())["runs"]
     skills_file, primary_file = path / SKILL_FILE, path / PRIMARY_FILE
     skills = json.loads(skills_file.read_text()) if skills_file.exists() else {}
     primary = json.loads(primary_file.read_text()) if primary_file.exists() else {}
-    rows = {metrics.name.removesuffix("-metrics.jsonl"): [json.loads(line) for line in metrics.read_text().splitlines()]
+    rows = {metrics.name.removesuffix("-metrics.jsonl"): [upgraded(json.loads(line)) for line in metrics.read_text().splitlines()]
             for metrics in sorted(path.glob("*-seed*-metrics.jsonl"))}
     # runs bounded by time (gpu_loop.sh) end at different rounds: compare the rounds every run reached
     common = min(map(len, rows.values()), default=0)

@@ -27,7 +27,7 @@ from pathlib import Path
 from tracerl.schemas import environment as E
 
 REPO = Path(__file__).resolve().parents[1]
-PHASES = ("rollout_seconds", "build_seconds", "train_seconds", "save_seconds", "publish_seconds")
+PHASES = ("rollout_seconds", "build_seconds", "train_seconds", "checkpoint_seconds", "publish_seconds")
 RUNS = {"torch": ["--backend", "torch"], "openrlhf": ["--backend", "openrlhf"], "torch+lora8": ["--backend", "torch", "--lora-rank", "8"]}
 
 
@@ -65,7 +65,7 @@ def main() -> None:
     means: dict[str, dict[str, float]] = {}
     for name in args.runs.split(","):
         rows = run(args.example, model, name, args.rounds, work / name)
-        trained = [r for r in rows if "train_seconds" in r]
+        trained = [r for r in rows if r.get("status") == "trained"]
         for r in trained:
             print(f"{name:<12} {r['round']:>5} " + " ".join(f"{r[p]:>8.2f}" for p in PHASES)
                   + f" {r['checkpoint_bytes'] / 2**20:>12.2f} {r['kept_checkpoint_bytes'] / 2**20:>9.2f}")
@@ -74,7 +74,7 @@ def main() -> None:
     base = means.get("torch")
     for name, m in means.items():
         ratios = "  ".join(f"{p.removesuffix('_seconds')} x{m[p] / base[p]:.2f}" for p in PHASES if base and base[p] > 0)
-        print(f"{name:<12} train {m['train_seconds']:.2f} s  save {m['save_seconds']:.2f} s  publish {m['publish_seconds']:.2f} s  "
+        print(f"{name:<12} train {m['train_seconds']:.2f} s  save {m['checkpoint_seconds']:.2f} s  publish {m['publish_seconds']:.2f} s  "
               f"written {m['checkpoint_bytes'] / 2**20:.2f} MiB" + (f"   [{ratios}]" if base else ""))
 
 

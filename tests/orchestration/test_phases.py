@@ -40,3 +40,17 @@ def test_a_stop_is_taken_between_phases_and_never_inside_one():
     with pytest.raises(RuntimeError, match="stopped before publish"):
         clock("publish")
     assert list(summary) == ["train", "checkpoint"]  # the caller's dict holds what ran
+
+
+def test_a_policys_part_of_a_round_goes_to_its_own_seconds_and_the_round_counts_every_phase():
+    clock = PhaseClock()
+    with clock("build"):
+        time.sleep(0.01)
+    with clock.part({}) as writer:  # a round that trains two policies: each records its own phases
+        with clock("train"):
+            time.sleep(0.01)
+    with clock.part({}) as checker:
+        with clock("train"):
+            time.sleep(0.01)
+    assert list(clock.seconds) == ["build"] and list(writer) == list(checker) == ["train"]
+    assert clock.total >= 0.03 and clock.total >= sum(clock.seconds.values()) + writer["train"] + checker["train"] - 1e-3

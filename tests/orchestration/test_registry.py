@@ -10,7 +10,8 @@ from tracerl.orchestration.registry import PolicyRegistry, RegistryError, Versio
 def test_a_skipped_rounds_files_are_claimed_without_making_a_version(tmp_path):
     registry = PolicyRegistry(tmp_path)
     registry.append(VersionEntry(0, "base", None, "base", recorded_at="t0"))
-    registry.record_skip({"round": 1, "files": ["transitions-a.parquet"], "reason": "every row is more than 2 policy versions old", "at": "t1"})
+    record = registry.record_skip(1, ["transitions-a.parquet"], 3, "every row is more than 2 policy versions old")
+    assert list(record) == ["round", "files", "episodes", "reason", "at"] and registry.skipped() == [record]
     assert registry.latest()["version"] == 0 and registry.claimed_files() == {"transitions-a.parquet"}
     registry.append(VersionEntry(1, "trained", 0, "v1", dataset={"files": ["transitions-b.parquet"]}, recorded_at="t2"))
     assert registry.claimed_files() == {"transitions-a.parquet", "transitions-b.parquet"} and len(registry.skipped()) == 1
@@ -20,12 +21,15 @@ def test_every_kind_of_version_is_written_in_one_shape_and_numbers_must_follow(t
     registry = PolicyRegistry(tmp_path)
     base = registry.append(VersionEntry(0, "base", None, "base", recorded_at="t0"))
     assert base == {"version": 0, "kind": "base", "parent": None, "checkpoint": "base", "published": [], "recorded_at": "t0"}
-    # the local loop's trained version: no dataset folder, no phases
-    loop = registry.append(VersionEntry(1, "trained", 0, "v1", episodes=[{"episode_id": "e", "policy_versions": [0]}], metrics={"loss": 0.1}))
-    assert list(loop) == ["version", "kind", "parent", "checkpoint", "episodes", "metrics", "skipped", "published", "recorded_at"]
-    # a scheduled round's: the same fields, and its dataset, phases and gate
-    scheduled = registry.append(VersionEntry(2, "trained", 1, "v2", dataset={"files": []}, seconds={"train": 1.0}, eval_reward=0.5, gate={"held": False}))
-    assert set(scheduled) == set(loop) | {"dataset", "seconds", "eval_reward", "gate"}
+    # a trained version: the local loop's and a scheduled round's (round_record.trained_entry) have a dataset, size and phases
+    loop = registry.append(VersionEntry(1, "trained", 0, "v1", episodes=[{"episode_id": "e", "policy_versions": [0]}], metrics={"loss": 0.1},
+                                        dataset={"files": []}, checkpoint_bytes=10, seconds={"rollout": 1.0, "train": 1.0}))
+    assert list(loop) == ["version", "kind", "parent", "checkpoint", "episodes", "metrics", "skipped", "dataset", "checkpoint_bytes", "seconds",
+                          "published", "recorded_at"]
+    # a scheduled round with an eval command: the same fields, and its gate
+    scheduled = registry.append(VersionEntry(2, "trained", 1, "v2", dataset={"files": []}, checkpoint_bytes=10, seconds={"train": 1.0},
+                                             eval_reward=0.5, gate={"held": False}))
+    assert set(scheduled) == set(loop) | {"eval_reward", "gate"}
     assert registry.entries() == [base, loop, scheduled]
     with pytest.raises(RegistryError, match="version 4 does not follow 2"):
         registry.append(VersionEntry(4, "rollback", 1, "v4"))

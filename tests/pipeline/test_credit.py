@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 from tracerl.pipeline.credit import assign_credit
+from tracerl.pipeline.credit_rules import advantage_sql, return_sql
 
 
 def _calls(rows: list[tuple[str, str | None, int, float]]) -> pa.Table:
@@ -90,3 +91,11 @@ def test_bad_parameters_are_rejected():
         assign_credit(_calls(CALLS), credit="magic", gamma=1.0, advantage="grpo")
     with pytest.raises(ValueError, match="gamma must be in"):
         assign_credit(_calls(CALLS), credit="discounted", gamma=1.5, advantage="grpo")
+
+
+def test_a_rule_no_row_has_is_refused_naming_the_rules():
+    """Each rule is a row of SQL; a name without one never falls back to another rule."""
+    with pytest.raises(ValueError, match="unknown credit rule 'gae': use identical or discounted"):
+        return_sql("gae", 0.9)
+    with pytest.raises(ValueError, match="unknown advantage 'ppo': use grpo or rloo or batch or none"):
+        advantage_sql("ppo")

@@ -1,10 +1,11 @@
-"""Seconds per phase of a round, one clock for both drivers: the local loop (its rows' ``<phase>_seconds``)
-and a scheduled round (its summary's ``seconds``)."""
+"""Seconds per phase of a round, one clock for both drivers: the local loop and a scheduled round time
+every phase on it, and their metrics rows read it (``<phase>_seconds``, and ``seconds``, the phases' sum)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 
 class PhaseClock:
@@ -19,6 +20,7 @@ class PhaseClock:
         self.on_phase, self.check = on_phase, check
         self.name: str | None = None
         self.started = 0.0
+        self.total = 0.0  # every phase this clock timed, whichever part's ``seconds`` it went to
 
     def __call__(self, name: str) -> PhaseClock:
         if self.check:
@@ -34,7 +36,9 @@ class PhaseClock:
 
     def _close(self) -> None:
         if self.name is not None:
-            self.seconds[self.name] = round(time.monotonic() - self.started, 3)
+            took = time.monotonic() - self.started
+            self.seconds[self.name] = round(took, 3)
+            self.total += took
             self.name = None
 
     def __enter__(self) -> PhaseClock:
@@ -42,6 +46,18 @@ class PhaseClock:
 
     def __exit__(self, *exc: object) -> None:
         self._close()
+
+    @contextmanager
+    def part(self, seconds: dict[str, float]) -> Iterator[dict[str, float]]:
+        """Phases started in the block go to ``seconds`` (one policy's part of a round that trains several, which
+        records its own phases), and still count in ``total``: the round's time is still one clock's."""
+        self._close()
+        outer, self.seconds = self.seconds, seconds
+        try:
+            yield seconds
+        finally:
+            self._close()
+            self.seconds = outer
 
     def fields(self) -> dict[str, float]:
         """The seconds as a metrics row's fields: ``<phase>_seconds``."""

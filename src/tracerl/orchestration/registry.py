@@ -8,14 +8,18 @@ mid-write sees the old table or the new one. Each entry is a policy version:
   older checkpoint published again as a new version, so spans stay unambiguous), ``parent``
   (the version it was trained from or rolled back to), ``checkpoint``;
 - for trained versions: ``dataset`` (the round's folder, its files, the build manifest),
-  ``episodes`` (id and the policy versions that sampled it), ``metrics``, ``skipped``;
+  ``episodes`` (id and the policy versions that sampled it), ``metrics``, ``skipped``,
+  ``checkpoint_bytes``, ``seconds`` (its round's phases, up to its publish);
 - ``published``: each endpoint, the version it serves it as, how long it took and when;
   ``recorded_at``; ``pinned`` (``tracerl policy pin``): its weights are kept whatever
   ``keep_checkpoints`` says; with an eval command, ``eval_reward`` and the ``gate`` decision (a version it
   held back was never published; the next round trains from the one before).
 
-The episodes a version trained on are its files' episodes; the files every version
-claimed are the watermark of the next round (:mod:`tracerl.orchestration.rounds.round`).
+Beside the versions, ``skipped``: the rounds that had nothing to train on (their files, episodes,
+why, when), recorded by both drivers. The episodes a version trained on are its files' episodes;
+the files every version claimed, or a skipped round set aside, are the watermark of the next
+scheduled round (:mod:`tracerl.orchestration.rounds.round`). Both drivers' metrics rows are
+derived from these entries (:mod:`tracerl.orchestration.round_record`).
 """
 
 from __future__ import annotations
@@ -61,8 +65,10 @@ class VersionEntry:
     episodes: list[dict[str, Any]] | None = None
     metrics: dict[str, Any] | None = None
     skipped: dict[str, Any] | None = None
-    # a scheduled round's: its dataset folder (path, files, build manifest), its phases' seconds, its gate
+    # trained versions: the round's dataset folder (path, files, build manifest), the checkpoint's size, its phases' seconds;
+    # a scheduled round's gate
     dataset: dict[str, Any] | None = None
+    checkpoint_bytes: int | None = None
     seconds: dict[str, float] | None = None
     eval_reward: float | None = None
     gate: dict[str, Any] | None = None
@@ -73,9 +79,11 @@ class VersionEntry:
         entry = {"version": self.version, "kind": self.kind, "parent": self.parent, "checkpoint": self.checkpoint}
         if self.kind == "trained":
             entry |= {"episodes": self.episodes or [], "metrics": self.metrics, "skipped": self.skipped}
-        for name in ("dataset", "seconds", "eval_reward", "gate"):
+        for name in ("dataset", "checkpoint_bytes", "seconds", "eval_reward", "gate"):
             if getattr(self, name) is not None:
                 entry[name] = getattr(self, name)
+        if self.seconds is not None:  # a driver's clock goes on in the dict it lent: the entry keeps the phases as of now
+            entry["seconds"] = dict(self.seconds)
         return entry | {"published": self.published, "recorded_at": self.recorded_at}
 
 
@@ -123,9 +131,12 @@ class PolicyRegistry:
         trained = {name for entry in self.entries() for name in (entry.get("dataset") or {}).get("files", [])}
         return trained | {name for record in self.skipped() for name in record.get("files", [])}
 
-    def record_skip(self, record: dict[str, Any]) -> None:
-        """Set a round's files aside (no version is made): the next round does not meet them again."""
+    def record_skip(self, round: int, files: list[str], episodes: int, reason: str) -> dict[str, Any]:
+        """Record a round that had nothing to train on (no version is made), in one shape whichever driver ran it: its
+        dataset ``files`` are set aside (a scheduled round's next plan does not meet them again). Returns the record."""
+        record = {"round": round, "files": sorted(files), "episodes": episodes, "reason": reason, "at": utc_now()}
         self._write(self.entries(), [*self.skipped(), record])
+        return record
 
     def set_pinned(self, version: int, pinned: bool) -> dict[str, Any]:
         """Mark ``version`` as kept (or no longer) when old checkpoints are pruned; returns its entry."""

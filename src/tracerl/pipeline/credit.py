@@ -9,26 +9,13 @@ outside any limit (``benchmarks/pipeline_build.py --episodes 1000000``).
 :func:`assign_credit` runs the same query over a table of calls, for tests and notebooks.
 
 Input: one row per policy call with ``episode_id``, ``task_id``, ``step`` and its
-immediate ``reward`` (outcome rewards attached to the call plus intermediate ones).
-
-- ``identical`` (the paper): every call's return is the episode's total reward.
-- ``discounted``: ``G_t = r_t + gamma * G_{t+1}`` over the calls of the episode, so an
-  intermediate penalty weighs most on the call that caused it. Each call folds the rewards
-  of the calls after it, last first, in the same order as that recursion (exact, no
-  powers of gamma that could underflow); the work grows with the square of an episode's
-  length, a million operations for a 1,000-call episode.
-
-Advantages compare a call's return with the returns of the *episodes* of the same task
-(the group; episodes without a task id form one group). Group statistics count each
-episode once, whatever its number of calls, so long episodes do not outweigh short
-ones in the baseline:
-
-- ``grpo``: ``(G_t - mean) / std`` (population std; when the std is 0 only the mean is removed);
-- ``rloo``: ``G_t - mean of the other episodes' returns`` (a lone episode is its own baseline);
-- ``batch``: ``G_t - mean`` over every episode of the build, whatever its task: a baseline for
-  data with one episode per task, where a task group of one gives GRPO and RLOO nothing to
-  compare with (their advantages are all 0; ``counts.warnings`` says so);
-- ``none``: ``G_t``.
+immediate ``reward`` (outcome rewards attached to the call plus intermediate ones). The
+credit rules (``identical``, ``discounted``) and advantage estimators (``grpo``, ``rloo``,
+``batch``, ``none``) are rows of :mod:`~tracerl.pipeline.credit_rules`, each its SQL; this
+query computes what they read. Advantages compare a call's return with the returns of the
+*episodes* of the same task (the group; episodes without a task id form one group). Group
+statistics count each episode once, whatever its number of calls, so long episodes do not
+outweigh short ones in the baseline.
 
 Every float sum is taken in a fixed order, so the same spans give the same rewards, returns
 and advantages bit for bit, whatever ``--threads`` (``tests/pipeline/test_deterministic_build.py``):
@@ -50,30 +37,11 @@ import duckdb
 import pyarrow as pa
 
 from tracerl.pipeline.counts import grouped, scalar
+from tracerl.pipeline.credit_rules import advantage_sql, return_sql
 from tracerl.pipeline.options import check_credit
 from tracerl.pipeline.rewards import OUTCOME_SOURCES
 from tracerl.pipeline.sql_text import sql_str
 from tracerl.schemas import attributes as A
-
-_STD_FLOOR = 1e-8
-
-
-def _return_sql(credit: str, gamma: float) -> str:
-    if credit == "identical":
-        return "sum(reward ORDER BY step) OVER (PARTITION BY episode_id)"
-    # the rewards from this call to the episode's end, folded last first: G = r + gamma * G
-    later = "list(reward) OVER (PARTITION BY episode_id ORDER BY step ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING)"
-    return f"list_reduce(list_reverse({later}), lambda g, r: r + {float(gamma)!r} * g)"
-
-
-def _advantage_sql(advantage: str) -> str:
-    return {
-        "grpo": f"CASE WHEN group_std > {_STD_FLOOR} THEN (\"return\" - group_mean) / group_std ELSE \"return\" - group_mean END",
-        # a lone episode is its own baseline
-        "rloo": "\"return\" - CASE WHEN group_size > 1 THEN (group_sum - episode_return) / (group_size - 1) ELSE episode_return END",
-        "batch": "\"return\" - batch_mean",
-        "none": "\"return\"",
-    }[advantage]
 
 
 def credit_sql(calls: str, *, credit: str, gamma: float, advantage: str) -> str:
@@ -84,7 +52,7 @@ def credit_sql(calls: str, *, credit: str, gamma: float, advantage: str) -> str:
     """
     check_credit(credit, gamma, advantage)
     return f"""
-        WITH returned AS (SELECT *, {_return_sql(credit, gamma)} AS "return" FROM {calls}),
+        WITH returned AS (SELECT *, {return_sql(credit, gamma)} AS "return" FROM {calls}),
         episode AS (
             SELECT episode_id, coalesce(arg_min(task_id, step), '') AS task_group, arg_min("return", step) AS episode_return
             FROM returned GROUP BY episode_id
@@ -98,7 +66,7 @@ def credit_sql(calls: str, *, credit: str, gamma: float, advantage: str) -> str:
                    avg(episode_return ORDER BY episode_id) OVER () AS batch_mean
             FROM episode WINDOW task AS (PARTITION BY task_group)
         )
-        SELECT returned.*, ({_advantage_sql(advantage)})::DOUBLE AS advantage
+        SELECT returned.*, ({advantage_sql(advantage)})::DOUBLE AS advantage
         FROM returned JOIN grouped USING (episode_id)
     """
 

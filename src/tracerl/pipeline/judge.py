@@ -12,9 +12,10 @@ worker writes its group's lines before it sends another, so a kill loses at most
 ``concurrency`` groups. The scores are written as late rewards, ``rewards/NAME.parquet``
 (episode_id, name, value, plus the provenance columns), which ``build-dataset``, ``doctor``
 and the report read like any other rewards of the data dir; the judge's outcomes are counted
-by doctor (``judgments``). With ``evaluation_events`` (opt-in) the scored verdicts are also
-written as OpenTelemetry ``gen_ai.evaluation.result`` events in ``logs/``, parented to each
-episode's span, for trace viewers (:mod:`tracerl.pipeline.judge_events`).
+by doctor (``judgments``). With ``evaluation_events`` (opt-in) the scored and failed verdicts are
+also written as OpenTelemetry ``gen_ai.evaluation.result`` events in ``logs/``, parented to each
+episode's span, for trace viewers, and sent to the OTLP endpoint the environment names
+(:mod:`tracerl.pipeline.judge_events`).
 
 Rules, each with its count in the summary:
 
@@ -29,7 +30,8 @@ Rules, each with its count in the summary:
   or a call that fails (timeout, dropped connection, 5xx, 429) is retried once, a 429 or 5xx after
   the server's ``Retry-After`` (at most 60 s; 1 s after a 429 without one); another 4xx, or a 3xx,
   is not retried (the same request fails the same).
-  Then every episode of the group is recorded ``failed`` with the answer or error, and judged
+  Then every episode of the group is recorded ``failed`` with the answer or error, and its type
+  (``error_type``: the HTTP status code, else the exception's fully-qualified class name), and judged
   again by the next run. Never a silent 0.
 - **The call budget** (``max_calls``): a group it leaves unsent is recorded ``skipped``,
   reason ``max_calls``, and one whose retry it denies ``failed``; both are judged by the next run.
@@ -42,7 +44,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import threading
 import time
 from collections import Counter
@@ -63,9 +64,10 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 from tracerl.pipeline.build import analyze
 from tracerl.pipeline.judge_prompt import (
-    DEFAULT_RUBRIC, JudgeAnswerError, content_sha256, judge_messages, parse_scores, prompt_chars, rubric_sha256, transcript,
+    JudgeAnswerError, content_sha256, judge_messages, parse_scores, prompt_chars, rubric_sha256, transcript,
 )
 from tracerl.pipeline.judge_events import EvaluatedSpan, evaluated_spans, write_evaluation_events
+from tracerl.pipeline.judge_options import JudgeOptions
 from tracerl.pipeline.judgment_log import CacheKey, JudgmentLog, endpoint, still_stands
 from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.source import PipelineInputError
@@ -74,37 +76,9 @@ from tracerl.pipeline.writer import call_messages
 from tracerl.core.storage import write_atomic
 from tracerl.schemas import attributes as A
 
-_REWARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # also the name of its files
 Progress = Callable[[str, int | None, int], None]  # (what, total groups or None, groups done)
 RETRY_AFTER_MAX_S = 60.0  # the longest a Retry-After holds a worker; a longer wait is better spent by the next run
 RATE_LIMIT_WAIT_S = 1.0  # before retrying a 429 that names no wait: a rate limit needs time to refill
-
-
-@dataclass(frozen=True)
-class JudgeOptions:
-    """How to reach the judge and what to ask it."""
-
-    url: str  # OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1
-    model: str
-    rubric: str = DEFAULT_RUBRIC
-    api_key: str | None = None
-    reward_name: str = "judge"
-    splits: tuple[str, ...] = ()
-    max_group: int = 8
-    max_prompt_chars: int = 32_000
-    max_calls: int | None = None
-    concurrency: int = 4
-    timeout_s: float = 120.0
-    max_tokens: int = 1024
-    episode_timeout_s: float = 3600.0
-    # also write the scored verdicts as gen_ai.evaluation.result events in logs/ (src/tracerl/pipeline/judge_events.py)
-    evaluation_events: bool = False
-
-    def __post_init__(self) -> None:
-        if self.max_group < 1 or self.concurrency < 1:
-            raise PipelineInputError("max_group and concurrency must be at least 1")
-        if not _REWARD_NAME.match(self.reward_name):
-            raise PipelineInputError(f"reward name {self.reward_name!r}: use letters, digits, '_', '.' or '-'")
 
 
 @dataclass
@@ -124,6 +98,8 @@ class JudgeSummary:
     judgments_file: str = ""
     evaluation_events: int = 0  # gen_ai.evaluation.result events written by this run
     events_folder: str = ""  # where: the logs/ beside rewards/ (with evaluation_events on)
+    events_endpoint: str | None = None  # the OTLP endpoint they were sent to as well (the environment's), None: none
+    events_not_sent: str | None = None  # why that endpoint did not take them (then none were written: the next run tries)
 
     def commonest_failures(self) -> str:
         """The three commonest reasons of failure with their episodes, e.g. ``4 x HTTP 503: ...``."""
@@ -146,6 +122,12 @@ class JudgeSummary:
                          "episode's content: they were judged again, under the full key")
         if self.left_for_next_run:
             notes.append(f"--max-calls {max_calls} reached: {self.left_for_next_run} episode(s) left for the next run")
+        if self.events_not_sent:
+            notes.append(f"evaluation events not sent: {self.events_not_sent}; not written to {self.events_folder} either: "
+                         "the next run sends and writes them")
+        elif self.evaluation_events and self.events_endpoint:
+            notes.append(f"{self.evaluation_events} evaluation event(s) also sent to {self.events_endpoint} "
+                         "(OTEL_EXPORTER_OTLP_[LOGS_]ENDPOINT)")
         return notes
 
 
@@ -314,21 +296,21 @@ class _Judge:
             try:
                 answer = self._ask(messages)
             except httpx.HTTPStatusError as exc:
-                attempts.append({"error": str(exc)})
+                attempts.append({"error": str(exc), "error_type": str(exc.response.status_code)})
                 if exc.response.status_code < 500 and exc.response.status_code != 429:
                     break  # the request itself is wrong (context too long, unknown model): the same again fails the same
                 wait = _retry_wait(exc.response)
                 continue
             except MalformedReply as exc:
-                attempts.append({"reply": exc.reply, "error": str(exc)})
+                attempts.append({"reply": exc.reply, "error": str(exc), "error_type": _error_type(exc)})
                 continue
             except httpx.HTTPError as exc:
-                attempts.append({"error": f"{type(exc).__name__}: {exc}"})
+                attempts.append({"error": f"{type(exc).__name__}: {exc}", "error_type": _error_type(exc)})
                 continue
             try:
                 scores = parse_scores(answer, len(part))
             except JudgeAnswerError as exc:
-                attempts.append({"answer": answer, "error": str(exc)})
+                attempts.append({"answer": answer, "error": str(exc), "error_type": _error_type(exc)})
                 continue
             attempts.append({"answer": answer})
             return {"messages": messages, "attempts": attempts, "scores": scores}
@@ -337,7 +319,12 @@ class _Judge:
         error = attempts[-1]["error"]
         if denied:  # a failure of the budget as much as of the judge: said so, and (as every failure) retried next run
             error = f"--max-calls {self.options.max_calls} reached before the retry; last error: {error}"
-        return {"messages": messages, "attempts": attempts, "error": error}
+        return {"messages": messages, "attempts": attempts, "error": error, "error_type": attempts[-1]["error_type"]}
+
+
+def _error_type(exc: Exception) -> str:
+    """The exception's fully-qualified class name: what the conventions' ``error.type`` takes (``httpx.ReadTimeout``)."""
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
 
 
 def _retry_wait(response: httpx.Response) -> float:
@@ -364,7 +351,7 @@ def _records(part: list[_Episode], result: dict[str, Any], key: CacheKey, group:
             score = result["scores"][i - 1]
             line |= {"status": "scored", "score": score.value, "explanation": score.explanation, "reason": None}
         else:
-            line |= {"status": "failed", "score": None, "reason": result["error"]}
+            line |= {"status": "failed", "score": None, "reason": result["error"], "error_type": result["error_type"]}
         lines.append(line)
     return lines
 
@@ -457,5 +444,6 @@ def judge(spans: str, options: JudgeOptions, out: str | Path | None = None, prog
     write_rewards(log, rewards_path, options, key)
     if options.evaluation_events:
         summary.events_folder = str(folder / "logs")
-        summary.evaluation_events = write_evaluation_events(folder, list(log.latest(key).values()), options.reward_name, evaluated)
+        events = write_evaluation_events(folder, list(log.latest(key).values()), options.reward_name, evaluated)
+        summary.evaluation_events, summary.events_endpoint, summary.events_not_sent = events.written, events.endpoint, events.not_sent
     return summary

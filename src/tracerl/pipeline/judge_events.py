@@ -1,21 +1,31 @@
 """The judge's verdicts as OpenTelemetry ``gen_ai.evaluation.result`` events, for the trace UIs kept beside tracerl.
 
-``tracerl pipeline judge --evaluation-events`` writes every scored verdict that has no event yet as a
-log record of the ``logs`` table (``OUT/logs/``, the folder where the collector keeps OTLP log records,
-:data:`tracerl.schemas.logs.LOGS_SCHEMA`), shaped as the GenAI conventions define the event
-(semantic conventions v1.41.0, ``docs/gen-ai/gen-ai-events.md``; names in
-:mod:`tracerl.schemas.attributes`): ``gen_ai.evaluation.name`` (the judge's reward name),
-``gen_ai.evaluation.score.value``, ``gen_ai.evaluation.explanation`` (the judge's reason), and
-``gen_ai.response.id`` when the episode is one call's answer; the record carries the trace and span
-id of the episode's span (its ``tracerl.episode`` span, else its root span), which is how the
+``tracerl pipeline judge --evaluation-events`` writes every verdict that has no event yet as a log record
+of the ``logs`` table (``OUT/logs/``, the folder where the collector keeps OTLP log records,
+:data:`tracerl.schemas.logs.LOGS_SCHEMA`), shaped as the GenAI conventions define the event (semantic
+conventions v1.41.0, ``docs/gen-ai/gen-ai-events.md``; names in :mod:`tracerl.schemas.attributes`):
+``gen_ai.evaluation.name`` (the judge's reward name), and
+
+- a scored verdict: ``gen_ai.evaluation.score.value`` and ``gen_ai.evaluation.explanation`` (the
+  judge's reason);
+- a failed one (the judge could not judge the episode's group): no score, ``error.type`` (the
+  conventions' "class of error the operation ended with": the HTTP status code, else the exception's
+  fully-qualified class name, as the judge recorded it; ``_OTHER``, the conventions' fallback, for a
+  judgment written before the judge recorded it) and ``gen_ai.evaluation.explanation`` = the error,
+  so a UI shows which episodes have no verdict and why. A later run that scores it writes its event
+  beside this one;
+
+with ``gen_ai.response.id`` when the episode is one call's answer. The record carries the trace and
+span id of the episode's span (its ``tracerl.episode`` span, else its root span), which is how the
 conventions parent an event to the operation it evaluates. ``tracerl.episode.id`` names the episode.
+Episodes skipped (too long, left by ``--max-calls``) were not evaluated: no event.
 
 Why rows of the logs table and not the OTel Logs API: the judge reads finished episodes from Parquet,
-long after their spans ended, in a process that never saw them. Since opentelemetry-python 1.35 a log
-record is tied to a span only through a ``Context`` holding that span (``LogRecord``'s ``trace_id`` /
-``span_id`` arguments are deprecated), so emitting through the API would mean making up a
-``SpanContext`` for each stored span, with trace flags the spans table does not keep. The row holds
-the true ids, the same ones an exporter would have sent.
+long after their spans ended, in a process that never saw them, and the data dir is where tracerl's
+own tools look. Where the environment names an OTLP endpoint for logs
+(``OTEL_EXPORTER_OTLP_[LOGS_]ENDPOINT``), the same events are also sent there through the SDK
+(:mod:`tracerl.pipeline.judge_events_otlp`), before they are written: a send that fails leaves them
+unwritten, for the next run to send and write (delivery at least once).
 
 The pipeline never takes these events as rewards (their scope is ``tracerl.pipeline.judge``,
 counted ``tracerl_judge``): the judge's rewards file already holds the scores. Writing is idempotent:
@@ -35,6 +45,7 @@ import duckdb
 
 import tracerl
 from tracerl.core.storage import hour_partition, write_parquet_atomic
+from tracerl.pipeline.judge_events_otlp import EventsNotSent, otlp_logs_endpoint, send_events
 from tracerl.pipeline.layouts import attribute_path
 from tracerl.pipeline.location import locate
 from tracerl.pipeline.sql_text import sql_list, sql_str
@@ -79,6 +90,39 @@ def evaluated_spans(con: duckdb.DuckDBPyConnection) -> dict[str, EvaluatedSpan]:
     return {episode: EvaluatedSpan(trace, span, response) for episode, trace, span, response in con.execute(_EVALUATED_SQL).fetchall()}
 
 
+# error.type when the judgment line predates the judge recording it: the conventions' fallback value
+UNKNOWN_ERROR_TYPE = "_OTHER"
+EVENT_STATUSES = ("scored", "failed")  # the verdicts that are evaluations: skipped episodes were never sent
+
+
+@dataclass(frozen=True)
+class EvaluationEvent:
+    """One verdict as the conventions' event: the span it is parented to (None: not found), its time, its attributes."""
+
+    trace_id: str | None
+    span_id: str | None
+    time_unix_nano: int
+    attributes: dict[str, Any]
+
+    def row(self, observed_ns: int) -> dict[str, Any]:
+        """The event as a row of the ``logs`` table."""
+        return log_row(
+            trace_id=self.trace_id, span_id=self.span_id, time_unix_nano=self.time_unix_nano, observed_time_unix_nano=observed_ns,
+            severity_number=None, severity_text=None, event_name=A.GEN_AI_EVALUATION_RESULT_EVENT, body=None,
+            attributes=self.attributes, resource={A.SERVICE_NAME: A.JUDGE_AGENT}, scope_name=A.JUDGE_EVENTS_SCOPE,
+            scope_version=tracerl.__version__,
+        )
+
+
+@dataclass(frozen=True)
+class EventsWritten:
+    """What a run did with its new events: how many were written to ``logs/``, where they were sent too."""
+
+    written: int = 0
+    endpoint: str | None = None  # the OTLP endpoint the environment names, None: none
+    not_sent: str | None = None  # why the endpoint did not take them (then none was written either)
+
+
 def _time_ns(verdict: dict[str, Any]) -> int:
     return int(verdict["unix"] * 1e9)
 
@@ -99,33 +143,42 @@ def _written(logs: Path) -> set[tuple[str, str, int]]:
     return {(episode, name, t) for episode, name, t in rows}
 
 
-def event_row(verdict: dict[str, Any], name: str, evaluated: EvaluatedSpan | None, observed_ns: int) -> dict[str, Any]:
-    """One ``logs`` row: a scored verdict (a judgment line) as a ``gen_ai.evaluation.result`` event."""
-    attributes: dict[str, Any] = {
-        A.GEN_AI_EVALUATION_NAME: name,
-        A.GEN_AI_EVALUATION_SCORE_VALUE: float(verdict["score"]),
-        A.EPISODE_ID: verdict["episode_id"],
-    }
-    if verdict.get("explanation"):
-        attributes[A.GEN_AI_EVALUATION_EXPLANATION] = str(verdict["explanation"])
+def evaluation_event(verdict: dict[str, Any], name: str, evaluated: EvaluatedSpan | None) -> EvaluationEvent:
+    """A scored or failed verdict (a judgment line) as a ``gen_ai.evaluation.result`` event."""
+    attributes: dict[str, Any] = {A.GEN_AI_EVALUATION_NAME: name}
+    if verdict["status"] == "scored":
+        attributes[A.GEN_AI_EVALUATION_SCORE_VALUE] = float(verdict["score"])
+        explanation = verdict.get("explanation")
+    elif verdict["status"] == "failed":
+        attributes[A.ERROR_TYPE] = verdict.get("error_type") or UNKNOWN_ERROR_TYPE
+        explanation = verdict.get("reason")
+    else:
+        raise ValueError(f"episode {verdict['episode_id']}: a {verdict['status']!r} judgment is no evaluation ({EVENT_STATUSES})")
+    attributes[A.EPISODE_ID] = verdict["episode_id"]
+    if explanation:
+        attributes[A.GEN_AI_EVALUATION_EXPLANATION] = str(explanation)
     if evaluated is not None and evaluated.response_id:
         attributes[A.GEN_AI_RESPONSE_ID] = evaluated.response_id
-    return log_row(
-        trace_id=evaluated.trace_id if evaluated else None, span_id=evaluated.span_id if evaluated else None,
-        time_unix_nano=_time_ns(verdict), observed_time_unix_nano=observed_ns, severity_number=None, severity_text=None,
-        event_name=A.GEN_AI_EVALUATION_RESULT_EVENT, body=None, attributes=attributes,
-        resource={A.SERVICE_NAME: A.JUDGE_AGENT}, scope_name=A.JUDGE_EVENTS_SCOPE, scope_version=tracerl.__version__,
-    )
+    return EvaluationEvent(evaluated.trace_id if evaluated else None, evaluated.span_id if evaluated else None,
+                           _time_ns(verdict), attributes)
 
 
-def write_evaluation_events(folder: Path, verdicts: list[dict[str, Any]], name: str, evaluated: dict[str, EvaluatedSpan]) -> int:
-    """Write the scored ``verdicts`` (judgment lines) that have no event in ``folder/logs`` yet as one logs file; events written."""
+def write_evaluation_events(folder: Path, verdicts: list[dict[str, Any]], name: str, evaluated: dict[str, EvaluatedSpan]) -> EventsWritten:
+    """Send the scored and failed ``verdicts`` (judgment lines) that have no event in ``folder/logs`` yet to the
+    environment's OTLP endpoint, if it names one, then write them there as one logs file."""
     logs = folder / "logs"
     done = _written(logs)
+    events = [evaluation_event(v, name, evaluated.get(v["episode_id"])) for v in verdicts
+              if v["status"] in EVENT_STATUSES and (v["episode_id"], name, _time_ns(v)) not in done]
+    endpoint = otlp_logs_endpoint()
+    if not events:
+        return EventsWritten(0, endpoint)
+    if endpoint is not None:
+        try:
+            send_events(events, endpoint)
+        except EventsNotSent as exc:
+            return EventsWritten(0, endpoint, str(exc))
+    logs.mkdir(parents=True, exist_ok=True)
     observed = time.time_ns()
-    rows = [event_row(v, name, evaluated.get(v["episode_id"]), observed) for v in verdicts
-            if v["status"] == "scored" and (v["episode_id"], name, _time_ns(v)) not in done]
-    if rows:
-        logs.mkdir(parents=True, exist_ok=True)
-        write_parquet_atomic(logs_table(rows), logs, prefix="judge-events", partition=hour_partition())
-    return len(rows)
+    write_parquet_atomic(logs_table([e.row(observed) for e in events]), logs, prefix="judge-events", partition=hour_partition())
+    return EventsWritten(len(events), endpoint)

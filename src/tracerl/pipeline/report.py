@@ -30,6 +30,7 @@ from typing import Any
 from tracerl.core.storage import write_atomic
 from tracerl.pipeline import charts
 from tracerl.schemas import attributes as A
+from tracerl.schemas.run_metrics import upgraded
 from tracerl.pipeline.build import Analysis, analyze
 from tracerl.pipeline.doctor import explain
 from tracerl.pipeline.options import BuildOptions
@@ -108,7 +109,8 @@ def worst_episodes(analysis: Analysis) -> list[dict[str, Any]]:
 
 
 def read_metrics(runs: str | os.PathLike) -> list[dict[str, Any]]:
-    """The rows of a runs folder's ``metrics.jsonl`` (or of that file given itself), one per training round."""
+    """The rows of a runs folder's ``metrics.jsonl`` (or of that file given itself), one per training round, in
+    today's field names (a run written before the drivers shared one row type reads as if written now)."""
     path = Path(runs)
     path = path / A.RUN_METRICS_FILE if path.is_dir() else path
     if not path.is_file():
@@ -123,7 +125,7 @@ def read_metrics(runs: str | os.PathLike) -> list[dict[str, Any]]:
             raise PipelineInputError(f"{path}:{number} is not a JSON line ({exc})") from exc
         if not isinstance(row, dict):
             raise PipelineInputError(f"{path}:{number} is not a JSON object")
-        rows.append(row)
+        rows.append(upgraded(row))
     return rows
 
 

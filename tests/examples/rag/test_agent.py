@@ -70,7 +70,7 @@ def episodes(round_dir: Path) -> dict[str, list[dict]]:
 
 def test_one_round_searches_scores_every_episode_once_and_trains_on_every_call(one_round):
     out, rows = one_round
-    assert [r["round"] for r in rows] == [0, 1] and rows[0]["train_loss"] is not None
+    assert [r["round"] for r in rows] == [0, 1] and rows[0]["loss"] is not None
     round_dir = out / "rounds" / "000"
     spans = episodes(round_dir)
     assert len(spans) == 2 + 3 * 2  # held-out greedily, training tasks twice each

@@ -60,7 +60,7 @@ def test_two_policies_train_on_their_own_calls_and_are_served_by_one_vllm(qwen2_
         assert {("writer", "writer"), ("checker", "checker")} <= set(routes) and all(v == [rnd] for v in routes.values())
     for row in rows[:2]:
         for p in row["policies"].values():
-            assert p["status"] == "trained" and p["published_version"] == p["policy_version"] + 1
+            assert p["status"] == "trained" and p["version"] == p["policy_version"] + 1
             assert p["served_logprob_gap"] < 1e-4 and p["checkpoint_bytes"] > 0
     listed = policy_list(out / "policy")
     assert [(line[0], line[1], line[2]) for line in listed] == [
@@ -84,12 +84,12 @@ def test_an_adapter_vllm_refuses_holds_its_policy_back_and_the_other_goes_on(qwe
 
     rows = run_local(RECIPE, cfg, on_phase=widen_the_first_checker_adapter)
     first = rows[0]["policies"]
-    assert first["writer"]["status"] == "trained" and first["writer"]["published_version"] == 1
-    assert first["checker"]["status"] == "publish_failed" and "published_version" not in first["checker"]
+    assert first["writer"]["status"] == "trained" and first["writer"]["version"] == 1
+    assert first["checker"]["status"] == "publish_failed" and "version" not in first["checker"]
     assert "did not load" in first["checker"]["reason"] and (out / "policy" / "checker" / "failed" / "v1-round0").is_dir()
     second = rows[1]["policies"]
     assert (second["writer"]["policy_version"], second["checker"]["policy_version"]) == (1, 0)  # what sampled round 1
-    assert (second["writer"]["published_version"], second["checker"]["published_version"]) == (2, 1)
+    assert (second["writer"]["version"], second["checker"]["version"]) == (2, 1)
     # round 1's calls: the writer's adapter at version 1, the checker's still at 0 (what vLLM kept serving)
     routes = served_by(out / "rounds" / "001")
     assert routes[("writer", "writer")] == [1] and routes[("checker", "checker")] == [0]

@@ -77,3 +77,15 @@ def test_a_bad_policy_is_named_with_its_option():
     with pytest.raises(typer.BadParameter, match="NAME=AGENT") as raised:
         parsed(DEMO, ["--policy", "writer"])
     assert raised.value.param_hint == "--policy"
+
+
+def test_agents_and_policy_are_the_build_s_own_options_meaning_what_they_mean_there():
+    """The loop's ``--agents writer,rewriter`` (the SQL recipe's default) and a build's are one option: a regular
+    expression searched in the agent name, or names joined by commas for exactly those."""
+    from tracerl.pipeline.options import BuildOptions
+
+    by_name = {f.name: f for f in fields(LocalConfig)}
+    assert by_name["agents"].metadata[OPTION] is {f.name: f for f in fields(BuildOptions)}["agents"].metadata[OPTION]
+    assert by_name["policies"].metadata[OPTION].declarations == ("--policy",)
+    assert parsed(DEMO, ["--agents", "^tool_"]).agents == "^tool_"
+    assert BuildOptions(agents=parsed(CALC, ["--agents", "writer,rewriter"]).agents).agents == "^(writer|rewriter)$"

@@ -42,7 +42,7 @@ def test_the_loop_reports_each_round_and_its_reward_curve(tmp_path, monkeypatch)
     (run,) = mlflow_runs(tmp_path / "mlruns")
     assert run["name"] == "run" and run["status"] == "FINISHED" and run["params"]["recipe"] == "demo" and run["params"]["rounds"] == "1"
     assert run["metrics"]["train_mean_reward"] == [(r["round"], pytest.approx(r["train_mean_reward"])) for r in rows]
-    assert run["metrics"]["train_loss"] == [(0, pytest.approx(rows[0]["train_loss"]))]  # round 1, the last, evaluates only
+    assert run["metrics"]["loss"] == [(0, pytest.approx(rows[0]["loss"]))]  # round 1, the last, evaluates only
     assert run["artifacts"] == ["reward_curve.png"]
 
     (run,) = wandb_runs(out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from tracerl.cli import app
@@ -47,8 +48,11 @@ def test_a_round_trains_on_the_new_episodes_publishes_and_records_then_waits_for
     manifest = read_checkpoint_manifest(trained["checkpoint"])
     assert manifest["policy_version"] == 1 and manifest["parent"] == str(tiny_checkpoint.resolve())
     assert manifest["dataset"]["path"] == trained["dataset"]["path"]
-    rows = [json.loads(line) for line in (tmp_path / "state" / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["round"], r["episodes"], r["samples"]) for r in rows] == [(1, 6, 18)]
+    (row,) = [json.loads(line) for line in (tmp_path / "state" / "metrics.jsonl").read_text().splitlines()]
+    # the row type the local loop writes too, derived from the registry entry
+    assert (row["round"], row["version"], row["policy_version"], row["status"], row["episodes"], row["samples"]) == (1, 1, 0, "trained", 6, 18)
+    assert row["loss"] == trained["metrics"]["loss"] and row["trained_tokens"] > row["tokens"] and row["checkpoint_bytes"] > 0
+    assert row["seconds"] == pytest.approx(sum(row[f"{phase}_seconds"] for phase in ("build", "train", "checkpoint", "publish")), abs=0.01)
 
 
 def test_an_endpoint_that_is_down_exits_4_and_the_next_run_publishes_the_same_checkpoint(tmp_path, capture, round_config, tracerl, tiny_checkpoint):
@@ -92,7 +96,8 @@ def test_a_round_with_nothing_trainable_is_set_aside_and_the_next_trains_on_new_
         assert served_version(server) == 1
     assert [e["episode_id"] for e in PolicyRegistry(tmp_path / "state").latest()["episodes"]] == fresh
     rows = [json.loads(line) for line in (tmp_path / "state" / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["round"], r.get("set_aside", False)) for r in rows] == [(1, False), (1, True)]
+    assert [(r["round"], r["status"], r.get("set_aside", False)) for r in rows] == [(1, "trained", False), (1, "skipped", True)]
+    assert rows[1]["episodes"] == 4 and "empty response" in rows[1]["reason"]
 
     report = tmp_path / "report.html"
     shown = tracerl("report", str(data_dir), "--runs", str(tmp_path / "state"), "--out", str(report))

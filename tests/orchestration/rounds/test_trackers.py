@@ -37,13 +37,13 @@ def test_rounds_report_to_one_run_each_trained_version_at_its_step(tmp_path, dat
 
     board = tensorboard_run(state / "tensorboard" / "state")
     assert board["scalars"]["samples"] == [(1, rows[0]["samples"]), (2, rows[1]["samples"])]
-    assert board["scalars"]["policy_version"] == [(1, 1.0), (2, 2.0)]
+    assert board["scalars"]["version"] == [(1, 1.0), (2, 2.0)] and board["scalars"]["policy_version"] == [(1, 0.0), (2, 1.0)]
     assert [step for step, _ in board["scalars"]["train_seconds"]] == [1, 2]  # the phases' seconds
     assert json.loads(board["text"]["config"].removeprefix("```json\n").removesuffix("\n```"))["min_episodes"] == 4
 
     (run,) = mlflow_runs(tmp_path / "mlruns")  # one run, continued by the second round
     assert run["id"] == recorded["mlflow"] and run["name"] == "state" and run["status"] == "FINISHED"
-    assert run["metrics"]["episodes"] == [(1, 4.0), (2, 4.0)] and run["metrics"]["policy_version"] == [(1, 1.0), (2, 2.0)]
+    assert run["metrics"]["episodes"] == [(1, 4.0), (2, 4.0)] and run["metrics"]["version"] == [(1, 1.0), (2, 2.0)]
     assert run["metrics"]["loss"] == [(1, rows[0]["loss"]), (2, rows[1]["loss"])]
     assert run["params"]["min_episodes"] == "4" and run["params"]["train.report_to"] == json.dumps(EVERY.split(","))
     assert run["artifacts"] == ["report.html"]  # the report each trained round refreshes

@@ -85,11 +85,3 @@ def test_a_dataset_of_another_schema_version_is_refused_by_the_openrlhf_backend_
     assert done.returncode != 0 and not (tmp_path / "v4").exists()
     assert f"holds dataset schema version {DATASET_SCHEMA_VERSION + 1}" in done.stderr and "pipeline build-dataset" in done.stderr
 
-
-def test_unknown_backend_and_kl_without_reference_are_named(tmp_path, tiny_checkpoint, write_dataset):
-    require_openrlhf()
-    write_dataset(tmp_path / "ds", ROWS)
-    done = _train(tmp_path, tiny_checkpoint, "--backend", "jax")
-    assert done.returncode != 0 and "unknown backend 'jax': use torch or openrlhf" in done.stderr
-    done = _train(tmp_path, tiny_checkpoint, "--backend", "openrlhf", "--kl-coef", "0.1")
-    assert done.returncode != 0 and "pass --ref-model too" in done.stderr

@@ -37,8 +37,8 @@ def local_command(recipe: AgentRecipe) -> Callable[..., None]:
         cfg = config_from_options(defaults, options)
         if cfg.policies and cfg.agents == defaults.agents:  # the recipe's --agents default selects for one policy; --policy names its own
             cfg = replace(cfg, agents=None)
-        backend, train_config, openrlhf = training.apply(defaults.backend, replace(defaults.train, seed=cfg.seed), defaults.openrlhf)
-        cfg = replace(cfg, backend=backend, train=train_config, openrlhf=openrlhf)
+        backend, train_config, backend_options = training.apply(defaults.backend, replace(defaults.train, seed=cfg.seed), defaults.backend_options)
+        cfg = replace(cfg, backend=backend, train=train_config, backend_options=backend_options)
         if cfg.model and Path(cfg.model).exists():  # a hub id is resolved by the libraries themselves
             from tracerl.trainer.training.model_folder import ModelFolderError, inspect_policy_folder
 

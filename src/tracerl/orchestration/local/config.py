@@ -2,53 +2,25 @@
 
 Every recipe's defaults are a :class:`LocalConfig`; ``tracerl demo`` and each
 ``examples/*/train.py`` take one option per field with an ``option`` (kept free of torch).
-The training options (``--backend``, ``--lr``, ...) are the trainer's own
+``--agents`` and ``--policy`` are the build's own options (:class:`BuildOptions`), meaning
+the same here. The training options (``--backend``, ``--lr``, ...) are the trainer's own
 (:mod:`tracerl.trainer.training.options`), shared with ``tracerl train``.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-from tracerl.core.dataclass_options import option
-from tracerl.pipeline.options import CREDITS
+from tracerl.core.dataclass_options import nested_options, one_of, option, option_of
+from tracerl.pipeline.options import CREDITS, BuildOptions
 from tracerl.trainer.serving.vllm_process import VllmOptions
-from tracerl.trainer.training.config import BACKENDS, OpenRLHFOptions, TrainConfig
+from tracerl.trainer.training.backends import DEFAULT_BACKEND
+from tracerl.trainer.training.config import TrainConfig
 
 SERVERS = ("tracerl", "vllm")  # what serves the policy: `tracerl serve` in a thread, or `vllm serve` (its own venv)
-
-
-def one_of(choices: tuple[str, ...], flag: str) -> Callable[[str], str]:
-    """An option's check that its value is one of ``choices``."""
-
-    def check(value: str) -> str:
-        if value not in choices:
-            import typer
-
-            raise typer.BadParameter(f"{value!r} is not one of {', '.join(choices)}", param_hint=flag)
-        return value
-
-    return check
-
-
-def _policies_from_cli(specs: list[str]) -> dict[str, tuple[str, ...]]:
-    import typer
-
-    from tracerl.pipeline.options import parse_policies
-    from tracerl.pipeline.source import PipelineInputError
-
-    try:
-        return parse_policies(specs)
-    except PipelineInputError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--policy") from None
-
-
-def _policies_to_cli(policies: dict[str, tuple[str, ...]]) -> list[str]:
-    return [f"{name}={','.join(agents)}" for name, agents in policies.items()]
 
 
 @dataclass
@@ -69,7 +41,7 @@ class LocalConfig:
     model: str | None = field(default=None, metadata=option(
         "--model", help="Starting policy: a folder or a hub id (default: a tiny model built and warm-started locally)."))
     server: str = field(default=SERVERS[0], metadata=option(
-        "--server", from_cli=one_of(SERVERS, "--server"),
+        "--server", from_cli=one_of(SERVERS),
         help=f"What serves the policy: {' or '.join(SERVERS)} (`vllm serve` from TRACERL_VLLM_PYTHON's venv, reloaded from disk each round)."))
     tool_call_parser: str | None = field(default=None, metadata=option(
         "--tool-call-parser",
@@ -78,7 +50,7 @@ class LocalConfig:
     data: Path | None = field(default=None, metadata=option(
         "--data", exists=True, help="The agent's public data set in its own format (default: tasks made locally)."))
     credit: str = field(default=CREDITS[0], metadata=option(
-        "--credit", from_cli=one_of(CREDITS, "--credit"), help=f"How an episode's reward reaches its calls: {' or '.join(CREDITS)}."))
+        "--credit", from_cli=one_of(CREDITS), help=f"How an episode's reward reaches its calls: {' or '.join(CREDITS)}."))
     gamma: float = field(default=1.0, metadata=option("--gamma", min=0.0, max=1.0, help="Discount of --credit discounted."))
     trajectory: bool = field(default=False, metadata=option(
         "--trajectory/--transitions",
@@ -86,13 +58,9 @@ class LocalConfig:
              "tool results masked (what a trainer that runs the agent loop itself trains on); default: one row per LLM call."))
     air: bool = field(default=True, metadata=option(
         "--air/--no-air", help="Automatic intermediate rewards from tool errors and other system signals (the pipeline's default rules)."))
-    agents: str | None = field(default=None, metadata=option(
-        "--agents", help="Train only these agents' calls (comma-separated names; '' trains every call)."))
-    # a policy per group of agents: {policy name: agent names}, each a LoRA adapter on one base model served by one vLLM
-    policies: dict[str, tuple[str, ...]] = field(default_factory=dict, metadata=option(
-        "--policy", cli_type=list[str], to_cli=_policies_to_cli, from_cli=_policies_from_cli,
-        help="NAME=AGENT[,AGENT...]: a policy of its own for these agents, a LoRA adapter the agents call by NAME "
-             "(repeatable; needs --lora-rank and --server vllm)."))
+    # the build's --agents and --policy, meaning the same here (each policy: a LoRA adapter on one base model served by one vLLM)
+    agents: str | None = field(default=None, metadata=option_of(BuildOptions, "agents"))
+    policies: dict[str, tuple[str, ...]] = field(default_factory=dict, metadata=option_of(BuildOptions, "policies"))
     replay_samples: int = 32  # supervised replay samples mixed into each round's training (0: none)
     replay: bool | None = field(default=None, metadata=option(
         "--replay/--no-replay",
@@ -125,8 +93,9 @@ class LocalConfig:
         "--drop-zero-advantage/--keep-zero-advantage",
         help="Train only on samples whose advantage is not 0 (a group whose episodes all earned the same teaches nothing, "
              "and its forward and backward passes cost as much as any): DAPO's dynamic sampling, without resampling."))
-    backend: str = BACKENDS[0]
-    train: TrainConfig = field(default_factory=TrainConfig)
-    openrlhf: OpenRLHFOptions = field(default_factory=OpenRLHFOptions)
+    # set by the training options (tracerl.trainer.training.options), shared with `tracerl train`: no options of their own here
+    backend: str = DEFAULT_BACKEND
+    train: TrainConfig = field(default_factory=TrainConfig, metadata=nested_options())
+    backend_options: dict[str, Any] = field(default_factory=dict)  # each backend's own options by its name (none: its defaults)
     vllm: VllmOptions = field(default_factory=VllmOptions)
 

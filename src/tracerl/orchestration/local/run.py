@@ -13,15 +13,18 @@ Each round:
    policy-gradient steps on them, plus a few replayed supervised samples (with the tiny
    model, the recipe's format turns, so that training one sub-agent's calls does not wear
    down another's format; with ``--model`` and ``--replay``, the policy's own best-rewarded
-   outputs), and writes a checkpoint, which :func:`tracerl.trainer.publish.publish` makes
-   the endpoint serve as the next policy version (with ``--lora-rank``, the adapter, which
-   vLLM swaps in place). Only the newest ``keep_checkpoints`` checkpoints keep their weights.
+   outputs), and writes a checkpoint with its manifest, which :func:`tracerl.orchestration.release.release`
+   makes the endpoint serve as the next policy version (with ``--lora-rank``, the adapter, which
+   vLLM swaps in place) and records in the policy's registry: the path a scheduled round takes too
+   (:mod:`tracerl.orchestration.round_record`). A round with nothing to train on is recorded there
+   as skipped. Only the newest ``keep_checkpoints`` checkpoints keep their weights.
 
 The endpoint is tracerl's built-in server or ``vllm serve`` (``LocalConfig.server``),
 started on the starting policy for the whole run.
 
-Round 0 evaluates the starting policy before any training. Metrics go to
-``OUT/metrics.jsonl`` and the reward curve to ``OUT/reward_curve.png``; with ``--report-to``, both
+Round 0 evaluates the starting policy before any training. Each round's phases are timed on one
+clock. Metrics go to ``OUT/metrics.jsonl`` (the row type scheduled rounds write too:
+:mod:`tracerl.schemas.run_metrics`) and the reward curve to ``OUT/reward_curve.png``; with ``--report-to``, both
 to the trackers named too (:mod:`tracerl.trainer.trackers`: the row at step = the round, the curve
 as an image), and the run's config once.
 """
@@ -31,10 +34,8 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
@@ -51,7 +52,8 @@ from tracerl.orchestration.local.recipe import AgentRecipe, Task
 from tracerl.orchestration.local.warm_start import starting_policy, supervised_samples
 from tracerl.orchestration.phases import PhaseClock
 from tracerl.orchestration.release import release
-from tracerl.orchestration.registry import PolicyRegistry, VersionEntry, episode_entries
+from tracerl.orchestration.registry import PolicyRegistry, VersionEntry
+from tracerl.orchestration.round_record import checkpoint_bytes, metrics_row, skip_row, time_fields, trained_entry
 from tracerl.schemas.dataset_folder import DatasetFolder
 from tracerl.pipeline.options import check_policies
 from tracerl.pipeline.source import PipelineInputError
@@ -63,6 +65,7 @@ from tracerl.trainer.training.backend import PolicyGradientTrainer
 from tracerl.trainer.training.backends import load_trainer
 from tracerl.trainer.training.dataset import EmptyDatasetError, Sample, read_dataset
 from tracerl.trainer.training.model_folder import PolicyFolder, inspect_policy_folder
+from tracerl.trainer.training.run import train_and_save
 
 
 class AgentRunError(RuntimeError):
@@ -153,14 +156,6 @@ def run_agent(
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise AgentRunError(f"the {recipe.name} agent ({' '.join(argv)}) exited with {done.returncode}:\n{done.stderr[-4000:]}")
-
-
-def agents_pattern(names: str | None) -> str | None:
-    """The loop's ``--agents writer,rewriter`` (comma-separated names) as the pipeline's ``--agents``
-    regular expression, which matches anywhere in a name: anchored, so ``writer`` does not select ``rewriter``."""
-    if not names:
-        return None
-    return "^(" + "|".join(re.escape(n.strip()) for n in names.split(",") if n.strip()) + ")$"
 
 
 JUDGE_REWARD = "judge"
@@ -302,20 +297,14 @@ def training_setup(cfg: LocalConfig) -> LocalConfig:
     return cfg
 
 
-MACHINE_MEASUREMENTS = (
-    "seconds", "rollout_seconds", "build_seconds", "train_seconds", "save_seconds", "publish_seconds", "record_seconds", "peak_memory_bytes",
-)
-"""Row fields that measure the machine, not the run: the same seed reproduces every other field exactly."""
+def backend_options(cfg: LocalConfig) -> object | None:
+    """The options of the configured backend, for its trainer and its checkpoints' manifests (None: its defaults)."""
+    return cfg.backend_options.get(cfg.backend)
 
 
-def folder_bytes(folder: Path) -> int:
-    """Bytes of the files under ``folder`` (0 when it does not exist)."""
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.exists() else 0
-
-
-def checkpoints_bytes(folder: Path) -> int:
+def kept_checkpoint_bytes(folder: Path) -> int:
     """Bytes of the checkpoints kept under a policy's folder: its subfolders, not the registry beside them (its timestamps vary in length, and a seed must reproduce the row)."""
-    return sum(folder_bytes(child) for child in folder.iterdir() if child.is_dir())
+    return sum(checkpoint_bytes(child) for child in folder.iterdir() if child.is_dir())
 
 
 @dataclass
@@ -410,7 +399,7 @@ def run_local(
           as trackers, nullcontext(endpoint) if endpoint else policy_endpoint(cfg.server, start, cfg.tool_call_parser, cfg.vllm, lora, names) as served):
         policies = []
         for name in names:
-            trainer = load_trainer(cfg.backend, start, cfg.train, cfg.openrlhf)
+            trainer = load_trainer(cfg.backend, start, cfg.train, backend_options(cfg))
             folder = out / "policy" / name if several else out / "policy"
             policy = LocalPolicy(name, trainer, served.targets[name], folder, start, name if several else None)
             if lora and not endpoint:  # the agents call the adapter: the starting one (untrained LoRA is the base model) first
@@ -426,15 +415,15 @@ def run_local(
             for p in policies
         }
         for rnd in range(cfg.rounds + 1):
-            t0, clock, at[0] = time.time(), PhaseClock(), rnd
+            clock, at[0] = PhaseClock(), rnd  # the round's one clock: every phase, each policy's part too
             round_dir = out / "rounds" / f"{rnd:03d}"
             round_dir.mkdir(parents=True, exist_ok=True)
             tasks_file = round_dir / "tasks.jsonl"
-            write_round_tasks(tasks_file, train_tasks, held_out, cfg, rnd)
             phase(rnd, "running the agent")
             with clock("rollout"):
+                write_round_tasks(tasks_file, train_tasks, held_out, cfg, rnd)
                 run_agent(recipe, tasks_file, round_dir / "data", served.base_url, cfg.concurrency, cfg.max_tokens, agent_args, agent_models)
-            rewards = mean_rewards_by_split(round_dir / "data")
+                rewards, generated = mean_rewards_by_split(round_dir / "data"), generated_tokens(round_dir / "data")
             judged = {}
             if cfg.judge_url:
                 phase(rnd, "judging the training episodes")
@@ -442,7 +431,7 @@ def run_local(
                     judged = judge_round(round_dir / "data", cfg)
             phase(rnd, "building the dataset")
             build = dict(splits=("train",), credit=cfg.credit, gamma=cfg.gamma, trajectory=cfg.trajectory, default_rules=cfg.air,
-                         agents=agents_pattern(cfg.agents), policies=cfg.policies)
+                         agents=cfg.agents, policies=cfg.policies)
             with clock("build"):
                 if cfg.shuffle_rewards:  # built once with the round's own rewards, whose returns the control then permutes
                     build_dataset(round_dir / "data", round_dir / "dataset-own-rewards", **build)
@@ -453,6 +442,7 @@ def run_local(
                     round_dir / "data", round_dir / "dataset", **build,
                     reward_weights={JUDGE_REWARD: 1.0} if cfg.judge_url else {SHUFFLED_REWARD: 1.0} if cfg.shuffle_rewards else {},
                 )
+                signal = groups_with_signal(round_dir / "dataset") if manifest["counts"]["transitions"] else {"task_groups": 0, "groups_with_signal": 0}
             calls = manifest["counts"]["llm_calls"]
             for name, missing in calls["policy_agents_unseen"].items():
                 phase(rnd, f"warning: policy {name} names agent(s) no call has: {', '.join(missing)} (seen: {', '.join(calls['by_agent'])})")
@@ -462,9 +452,9 @@ def run_local(
                 "train_mean_reward": rewards.get("train"),
                 "eval_mean_reward": rewards.get("test"),
                 "transitions": int(manifest["counts"]["transitions"]),
-                "generated_tokens": generated_tokens(round_dir / "data"),
+                "generated_tokens": generated,
                 **({"wrong_policy_calls": calls["skipped"].get("wrong_policy", 0)} if several else {}),
-                **(groups_with_signal(round_dir / "dataset") if manifest["counts"]["transitions"] else {"task_groups": 0, "groups_with_signal": 0}),
+                **signal,
                 **judged,
             }
             per_policy = {}
@@ -472,13 +462,17 @@ def run_local(
                 fields: dict = {"policy_version": policy.version}
                 if rnd < cfg.rounds:
                     phase(rnd, f"training {policy.name}" if several else "training")
-                    fields.update(train_and_publish(policy, round_dir / "dataset", format_replay[policy.name], cfg, rnd, lambda text: phase(rnd, text)))
+                    with clock.part({}) if several else nullcontext(clock.seconds) as seconds:
+                        fields.update(train_and_publish(policy, round_dir / "dataset", format_replay[policy.name], cfg, rnd, clock,
+                                                        lambda text: phase(rnd, text)))
+                    if several:
+                        fields.update(time_fields(seconds))
                 per_policy[policy.name] = fields
             if several:
                 row["policies"] = per_policy
             else:
-                row.update({k: v for k, v in per_policy[POLICY_MODEL_NAME].items() if k not in ("policy_version", "published_version")})
-            row.update(clock.fields(), seconds=round(time.time() - t0, 2))
+                row.update(per_policy[POLICY_MODEL_NAME])
+            row.update(time_fields(clock.seconds), seconds=round(clock.total, 3))
             rows.append(row)
             with metrics_path.open("a", encoding="utf-8") as handle:
                 handle.write(json.dumps(row) + "\n")
@@ -490,55 +484,56 @@ def run_local(
 
 
 def train_and_publish(
-    policy: LocalPolicy, dataset: Path, format_replay: list[Sample], cfg: LocalConfig, rnd: int, phase: Callable[[str], None],
+    policy: LocalPolicy, dataset: Path, format_replay: list[Sample], cfg: LocalConfig, rnd: int, clock: PhaseClock,
+    phase: Callable[[str], None],
 ) -> dict:
-    """One policy's part of a round: train on its rows (and ``replay_samples`` replayed ones: the recipe's
-    format turns, or with ``--model --replay`` the policy's own best outputs), save, publish as its next
-    version, record; the row's fields.
+    """One policy's part of a round: train its trainer on its rows (and ``replay_samples`` replayed ones: the recipe's
+    format turns, or with ``--model --replay`` the policy's own best outputs), save the checkpoint with its manifest,
+    publish it as the policy's next version and record it, timed on the round's ``clock``; the row's training fields
+    (:func:`~tracerl.orchestration.round_record.metrics_row`).
 
-    A policy with nothing to train on this round is set aside (``status`` skipped); one whose
+    A policy with nothing to train on this round is recorded as skipped in its registry (``status`` skipped); one whose
     publish fails keeps serving its previous version, its trainer goes back to those weights
     and the checkpoint moves to ``failed/`` (``status`` publish_failed): the others go on.
     """
-    clock = PhaseClock()
-    try:
-        samples, skipped = read_dataset(dataset, policy=policy.rows)
-    except EmptyDatasetError as exc:
-        return {"status": "skipped", "reason": str(exc)}
-    dropped = 0
-    if cfg.drop_zero_advantage:  # their policy-gradient term is 0: a forward and backward pass for nothing
-        kept_samples = [s for s in samples if s.advantage != 0]
-        dropped = len(samples) - len(kept_samples)
-        if not kept_samples:
-            return {"status": "skipped", "reason": f"every one of the {dropped} samples has advantage 0 (no group's episodes differed)",
-                    "zero_advantage_dropped": dropped}
-        samples = kept_samples
-    pool = format_replay + policy.replay  # one of them is empty
-    kept = random.Random(cfg.seed * 1000 + rnd).sample(pool, min(cfg.replay_samples, len(pool)))
-    stats = policy.trainer.train(samples + kept)
-    if cfg.replay and cfg.model:  # a real model replays its own best outputs, from the next round on
-        policy.replay = (policy.replay + rewarded_outputs(samples))[-4 * max(cfg.replay_samples, 1) :]
+    rows = DatasetFolder(dataset)
+
+    def skip(reason: str) -> dict:
+        record = policy.registry.record_skip(rnd, [f.name for f in rows.files()], len(rows.episodes(policy.rows)), reason)
+        return skip_row(record)
+
     version = policy.version + 1
-    with clock("save"):
-        checkpoint = policy.trainer.save(policy.folder / f"v{version}")
-    fields = {
-        "train_loss": stats.loss, "clip_fraction": stats.clip_fraction, "approx_kl": stats.approx_kl,
-        "served_logprob_gap": stats.served_logprob_gap, "is_filtered_fraction": stats.is_filtered_fraction, "entropy": stats.entropy,
-        "train_seconds": stats.seconds, "peak_memory_bytes": stats.peak_memory_bytes, "skipped": skipped, "zero_advantage_dropped": dropped,
-        # every token through the model's forward and backward passes, prompts included (what a CPU round's time goes to)
-        "trained_tokens": sum(len(s.prompt_token_ids) + len(s.response_token_ids) for s in samples + kept),
-        "checkpoint_bytes": folder_bytes(checkpoint),
-    }
+    with clock("train"):
+        try:
+            samples, skipped = read_dataset(dataset, policy=policy.rows)
+        except EmptyDatasetError as exc:
+            return skip(str(exc))
+        dropped = 0
+        if cfg.drop_zero_advantage:  # their policy-gradient term is 0: a forward and backward pass for nothing
+            kept_samples = [s for s in samples if s.advantage != 0]
+            dropped = len(samples) - len(kept_samples)
+            if not kept_samples:
+                return {**skip(f"every one of the {dropped} samples has advantage 0 (no group's episodes differed)"), "zero_advantage_dropped": dropped}
+            samples = kept_samples
+        pool = format_replay + policy.replay  # one of them is empty
+        kept = random.Random(cfg.seed * 1000 + rnd).sample(pool, min(cfg.replay_samples, len(pool)))
+        if cfg.replay and cfg.model:  # a real model replays its own best outputs, from the next round on
+            policy.replay = (policy.replay + rewarded_outputs(samples))[-4 * max(cfg.replay_samples, 1) :]
+        trained = train_and_save(
+            policy.trainer, samples + kept, skipped, dataset=dataset, parent=policy.served, parent_version=policy.version,
+            out=policy.folder / f"v{version}", backend=cfg.backend, options=backend_options(cfg), version=version,
+            on_saving=lambda: clock.mark("checkpoint"),
+        )
+    entry = trained_entry(trained.checkpoint, version, policy.version, rows, policy.rows, seconds=clock.seconds)
     phase(f"publishing {policy.name} v{version}" if policy.rows else "publishing")
-    entry = VersionEntry(version, "trained", policy.version, str(checkpoint), episodes=episode_entries(DatasetFolder(dataset).episodes(policy.rows)),
-                         metrics=stats.as_dict(), skipped=skipped)
     try:
-        release(policy.registry, entry, [policy.target], keep=cfg.keep_checkpoints, clock=clock)
+        recorded = release(policy.registry, entry, [policy.target], keep=cfg.keep_checkpoints, clock=clock)
     except PublishError as exc:
         failed = policy.folder / "failed" / f"v{version}-round{rnd}"
         failed.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(checkpoint, failed)
-        policy.trainer = load_trainer(cfg.backend, policy.served, cfg.train, cfg.openrlhf)
-        return {**fields, **clock.fields(), "status": "publish_failed", "reason": str(exc), "checkpoint": str(failed)}
-    policy.version, policy.served = version, checkpoint
-    return {**fields, **clock.fields(), "status": "trained", "published_version": version, "kept_checkpoint_bytes": checkpoints_bytes(policy.folder)}
+        os.replace(trained.checkpoint, failed)
+        policy.trainer = load_trainer(cfg.backend, policy.served, cfg.train, backend_options(cfg))
+        made = {name: value for name, value in metrics_row(entry.as_dict()).items() if name != "version"}  # no version made
+        return {**made, "zero_advantage_dropped": dropped, "status": "publish_failed", "reason": str(exc), "checkpoint": str(failed)}
+    policy.version, policy.served = version, trained.checkpoint
+    return {**metrics_row(recorded), "zero_advantage_dropped": dropped, "kept_checkpoint_bytes": kept_checkpoint_bytes(policy.folder)}

@@ -7,6 +7,7 @@ scheduler can alert on (:data:`EXIT_CODES`, documented in src/tracerl/trainer/RE
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import json
 import re
@@ -15,14 +16,14 @@ import sys
 import threading
 import time
 import traceback
-import typing
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
 from tracerl.core.commands import command_group
-from tracerl.trainer.publish import BuiltinServer
+from tracerl.core.dataclass_options import given_options, option_parameters
+from tracerl.trainer.publish import TARGET_KINDS, BuiltinServer
 from tracerl.orchestration.rounds.config import Endpoint, RoundConfig, RoundConfigError, load_config
 from tracerl.trainer.training.options import pop_training_overrides, training_parameters
 
@@ -53,30 +54,24 @@ def _emit(summary: dict[str, Any]) -> int:
     return EXIT_CODES[summary["status"]]
 
 
-def _config_from_options(config: Path | None, **options: Any) -> RoundConfig:
-    """The round's configuration: the file, the round options on top, then the training options (training/options.py)."""
-    import dataclasses
-
+def _config_from_options(options: dict[str, Any]) -> RoundConfig:
+    """The round's configuration: the file, the round's flags on top (:func:`load_config`), then the training options
+    (training/options.py)."""
     training = pop_training_overrides(options)
-    endpoints = options.pop("endpoint") or []
-    kind = options.pop("endpoint_kind")
-    options["endpoints"] = [Endpoint(url, kind) for url in endpoints] or None
-    options["splits"] = tuple(options.pop("split")) or None
-    if options.get("policy"):
-        from tracerl.pipeline.options import parse_policies
-        from tracerl.pipeline.source import PipelineInputError
-
-        try:
-            options["policies"] = parse_policies(options["policy"])
-        except PipelineInputError as exc:
-            raise RoundConfigError(f"--policy: {exc}") from None
-    options.pop("policy", None)
-    cfg = load_config(config, **options)
+    config = options.pop("config")
+    urls, kind = options.pop("endpoint"), options.pop("endpoint_kind")
     try:
-        backend, train, openrlhf = training.apply(cfg.backend, cfg.train, cfg.openrlhf)
+        given = given_options(RoundConfig, options)
     except typer.BadParameter as exc:
         raise RoundConfigError(f"{exc.param_hint}: {exc.message}") from None
-    cfg = dataclasses.replace(cfg, backend=backend, train=train, openrlhf=openrlhf)
+    if urls:
+        given["endpoint"] = [Endpoint(url, kind) for url in urls]
+    cfg = load_config(config, **given)
+    try:
+        backend, train, backend_options = training.apply(cfg.backend, cfg.train, cfg.backend_options)
+    except typer.BadParameter as exc:
+        raise RoundConfigError(f"{exc.param_hint}: {exc.message}") from None
+    cfg = dataclasses.replace(cfg, backend=backend, train=train, backend_options=backend_options)
     cfg.check_servable()
     from tracerl.trainer.trackers import TrackerError, check_trackers
 
@@ -109,30 +104,10 @@ def one_round(cfg: RoundConfig, should_stop: Any = lambda: False) -> dict[str, A
         return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
 
 
-def run(
-    config: Optional[Path] = _CONFIG,
-    spans: Optional[str] = typer.Option(None, "--spans", help="What the collector writes: a data dir or a URI (s3://...)."),
-    state: Optional[Path] = _STATE,
-    model: Optional[Path] = typer.Option(None, "--model", help="The starting policy (its first version)."),
-    min_episodes: Optional[int] = typer.Option(None, "--min-episodes", min=1, help="Fewer new episodes: exit 0, nothing done."),
-    max_policy_lag: Optional[int] = typer.Option(None, "--max-policy-lag", min=0, metavar="K", help="Skip rows sampled more than K versions back."),
-    split: list[str] = typer.Option([], "--split", help="Train on episodes of this split (repeatable)."),
-    agents: Optional[str] = typer.Option(None, "--agents", help="Train these agents' calls (build-dataset --agents)."),
-    policy: list[str] = typer.Option(
-        [], "--policy", help="NAME=AGENT[,AGENT...]: a LoRA adapter of its own for these agents, in STATE/NAME (repeatable; replaces [policies])."),
-    endpoint: list[str] = typer.Option([], "--endpoint", help="Publish to this endpoint (repeatable; replaces the file's)."),
-    endpoint_kind: str = typer.Option(BuiltinServer.kind, "--endpoint-kind", help="What serves at --endpoint."),
-    eval_command: Optional[str] = typer.Option(None, "--eval", help="Gate: a command printing a checkpoint's held-out reward ({checkpoint} replaced)."),
-    gate_margin: Optional[float] = typer.Option(None, "--gate-margin", min=0.0, help="Gate: hold a checkpoint scoring worse than the served one by more."),
-    keep_checkpoints: Optional[int] = typer.Option(
-        None, "--keep-checkpoints", min=0, help="Newest versions whose weights stay, besides the served and pinned ones (0: all; default 2)."),
-    **training: Any,
-) -> None:
+def run(**options: Any) -> None:
     """One scheduled round, then exit: new episodes -> dataset -> train -> publish -> record -> report."""
     try:
-        cfg = _config_from_options(config, spans=spans, state=state, model=model, min_episodes=min_episodes, max_policy_lag=max_policy_lag,
-                                   split=split, agents=agents, policy=policy, endpoint=endpoint, endpoint_kind=endpoint_kind,
-                                   eval_command=eval_command, gate_margin=gate_margin, keep_checkpoints=keep_checkpoints, **training)
+        cfg = _config_from_options(options)
     except RoundConfigError as exc:
         raise typer.Exit(_emit({"status": "config_error", "reason": str(exc)})) from None
     raise typer.Exit(_emit(one_round(cfg)))
@@ -152,7 +127,7 @@ def loop(every: str, **options: Any) -> None:
 
     period = parse_period(every)
     try:
-        cfg = _config_from_options(**options)
+        cfg = _config_from_options(options)
     except RoundConfigError as exc:
         raise typer.Exit(_emit({"status": "config_error", "reason": str(exc)})) from None
     stop = threading.Event()
@@ -169,17 +144,23 @@ def loop(every: str, **options: Any) -> None:
     _emit({"status": "stopped", "reason": "stopped between rounds"})
 
 
+# the options of a round: the file, then a flag per RoundConfig field that declares one (overriding the file's key),
+# the endpoints, and the training options (the same as `tracerl train`'s)
+_ROUND_OPTIONS = [
+    inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=_CONFIG, annotation=Optional[Path]),
+    *option_parameters(RoundConfig, overrides=True),
+    inspect.Parameter("endpoint", inspect.Parameter.KEYWORD_ONLY, annotation=list[str], default=typer.Option(
+        [], "--endpoint", help="Publish to this endpoint (repeatable; replaces the file's [[endpoint]]).")),
+    inspect.Parameter("endpoint_kind", inspect.Parameter.KEYWORD_ONLY, annotation=str, default=typer.Option(
+        BuiltinServer.kind, "--endpoint-kind", help=f"What serves at --endpoint: {', '.join(sorted(TARGET_KINDS))}.")),
+    *training_parameters(),
+]
+run.__signature__ = inspect.Signature(_ROUND_OPTIONS)  # type: ignore[attr-defined]
 # loop takes --every and every option of run (one list of options, one meaning)
 loop.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
-    inspect.Parameter("every", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                      default=typer.Option(..., "--every", help="Start a round this often (30s, 10m, 1h)."), annotation=str),
-    *(p.replace(annotation=typing.get_type_hints(run)[p.name]) for p in inspect.signature(run).parameters.values() if p.kind != p.VAR_KEYWORD),
-    *training_parameters(),
-])
-# run takes every training option too (the same as `tracerl train`'s)
-run.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
-    *(p.replace(annotation=typing.get_type_hints(run)[p.name]) for p in inspect.signature(run).parameters.values() if p.kind != p.VAR_KEYWORD),
-    *training_parameters(),
+    inspect.Parameter("every", inspect.Parameter.KEYWORD_ONLY, annotation=str,
+                      default=typer.Option(..., "--every", help="Start a round this often (30s, 10m, 1h).")),
+    *_ROUND_OPTIONS,
 ])
 
 

@@ -20,7 +20,7 @@
     learning_rate = 1e-5
     report_to = ["mlflow", "tensorboard"]          # trackers each trained round reports to (--report-to); one run across rounds
 
-    [openrlhf]                                     # OpenRLHFOptions fields, with backend = "openrlhf"
+    [openrlhf]                                     # a backend's own options, in a table of its name (OpenRLHFOptions fields)
     zero_stage = 2
 
     [[endpoint]]                                   # every endpoint to publish to (none: train only)
@@ -31,21 +31,26 @@
     writer = ["writer", "rewriter"]                # (needs [train] lora_rank and vllm-lora endpoints); each
     checker = ["checker"]                          # policy has its folder STATE/NAME, the dataset is shared
 
-Relative paths are relative to the file's folder. Command-line options override the file.
+The keys are :class:`RoundConfig`'s fields (the tables: :class:`BuildOptions`'s,
+:class:`TrainConfig`'s; a backend's, its row's options type: :class:`OpenRLHFOptions`'), each value checked against its field's type
+and its option's bounds; a key no field has is refused, naming the known ones. A field that
+declares an option is also a flag of ``train run`` and ``train loop`` (``--min-episodes``,
+``--split``, ...), which overrides the file. Relative paths are relative to the file's folder.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tracerl.core.dataclass_options import ConfigError, config_from_table, file_key, merged, nested_options, not_a_file_key, option
 from tracerl.pipeline.options import BuildOptions
-from tracerl.pipeline.source import PipelineInputError
 from tracerl.trainer.publish import TARGET_KINDS, BuiltinServer, PublishTarget, VllmLora, target_for
-from tracerl.trainer.training.config import BACKENDS, OpenRLHFOptions, TrainConfig
+from tracerl.trainer.training.backends import BACKENDS, DEFAULT_BACKEND, UnknownBackend, backend_named
+from tracerl.trainer.training.config import TrainConfig
 
 
 class RoundConfigError(ValueError):
@@ -64,33 +69,40 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class RoundConfig:
-    spans: str  # a data dir or spans folder, local or a URI (s3://...)
-    state: Path
-    model: Path
+    """A round's configuration: each field a key of the TOML file and, where it declares an option, a flag of
+    ``train run`` and ``train loop`` that overrides the file (:func:`load_config`)."""
+
+    # str, not Path: Path("s3://b/p") would become "s3:/b/p"
+    spans: str = field(metadata=option("--spans", help="What the collector writes: a data dir or a URI (s3://...)."))
+    state: Path = field(metadata=option("--state", help="The rounds' folder: dataset, checkpoints, registry, lock, report."))
+    model: Path = field(metadata=option("--model", help="The starting policy (its first version)."))
     base_version: int = 0  # the version the starting policy is served as
-    min_episodes: int = 1
-    max_policy_lag: int | None = None
-    backend: str = BACKENDS[0]
+    min_episodes: int = field(default=1, metadata=option("--min-episodes", min=1, help="Fewer new episodes: exit 0, nothing done."))
+    max_policy_lag: int | None = field(default=None, metadata=option(
+        "--max-policy-lag", min=0, metavar="K", help="Skip rows sampled more than K versions back."))
+    backend: str = DEFAULT_BACKEND  # the training options' --backend
     report: bool = True  # refresh STATE/report.html after each round
-    eval_command: str | None = None  # held-out evaluation of a checkpoint (src/tracerl/orchestration/rounds/gate.py): enables the gate
-    gate_margin: float = 0.0  # hold a checkpoint scoring below the current policy's score minus this
-    # the newest versions whose weights stay on disk, besides the served one and pinned ones (0: every version's);
+    # held-out evaluation of a checkpoint (src/tracerl/orchestration/rounds/gate.py): enables the gate
+    eval_command: str | None = field(default=None, metadata=option(
+        "--eval", help="Gate: a command printing a checkpoint's held-out reward ({checkpoint} replaced)."))
+    gate_margin: float = field(default=0.0, metadata=option(
+        "--gate-margin", min=0.0, help="Gate: hold a checkpoint scoring worse than the served one by more."))
     # an older version keeps its config and manifest, so it stays readable, but cannot be rolled back to
-    keep_checkpoints: int = 2
-    build: BuildOptions = field(default_factory=lambda: BuildOptions(incremental=True))
-    train: TrainConfig = field(default_factory=TrainConfig)
-    openrlhf: OpenRLHFOptions = field(default_factory=OpenRLHFOptions)
-    endpoints: tuple[Endpoint, ...] = ()
+    keep_checkpoints: int = field(default=2, metadata=option(
+        "--keep-checkpoints", min=0, help="Newest versions whose weights stay, besides the served and pinned ones (0: all)."))
+    # [build]: its --split, --agents and --policy are flags of a round too; the rest is the file's
+    build: BuildOptions = field(default_factory=lambda: BuildOptions(incremental=True), metadata=nested_options("splits", "agents", "policies"))
+    # [train] and each backend's table ([openrlhf], by the backend's name: backend_options): their flags are the
+    # training options (tracerl.trainer.training.options)
+    train: TrainConfig = field(default_factory=TrainConfig, metadata=nested_options())
+    backend_options: dict[str, Any] = field(default_factory=dict, metadata=not_a_file_key())  # load_config: the backends' tables
+    endpoints: tuple[Endpoint, ...] = field(default=(), metadata=file_key("endpoint"))  # [[endpoint]]; --endpoint
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise RoundConfigError(f"backend: unknown {self.backend!r}, use {' or '.join(BACKENDS)}")
-        if self.min_episodes < 1:
-            raise RoundConfigError(f"min_episodes must be at least 1, got {self.min_episodes}")
-        if self.keep_checkpoints < 0:
-            raise RoundConfigError(f"keep_checkpoints must be 0 (keep all) or more, got {self.keep_checkpoints}")
-        if self.max_policy_lag is not None and self.max_policy_lag < 0:
-            raise RoundConfigError(f"max_policy_lag must be 0 or more, got {self.max_policy_lag}")
+        try:
+            backend_named(self.backend)
+        except UnknownBackend as exc:
+            raise RoundConfigError(f"backend: {exc}") from None
         for endpoint in self.endpoints:
             if endpoint.kind not in TARGET_KINDS:
                 raise RoundConfigError(f"endpoint {endpoint.url}: unknown kind {endpoint.kind!r}, use one of {', '.join(sorted(TARGET_KINDS))}")
@@ -113,85 +125,49 @@ class RoundConfig:
             raise RoundConfigError(f"policies are published as LoRA adapters: endpoint(s) {', '.join(wrong)} need kind = \"{VllmLora.kind}\"")
 
 
-_SECTIONS = {"build": BuildOptions, "train": TrainConfig, "openrlhf": OpenRLHFOptions}
-_PATHS = ("state", "model")
-_TOP = {f.name for f in dataclasses.fields(RoundConfig)} - set(_SECTIONS) - {"endpoints"}
-
-
 def load_config(path: Path | None, **overrides: Any) -> RoundConfig:
-    """The configuration of ``path`` (None: none) with ``overrides`` (None values ignored) on top.
+    """The configuration of ``path`` (None: none) with ``overrides`` on top: the field's default, then the file,
+    then the command line (as TRL's ``TrlParser``).
 
-    ``overrides`` take the top-level keys, ``splits`` and ``agents`` (into ``[build]``),
-    ``endpoints`` (a list of :class:`Endpoint`) and ``policies`` ({policy: agents}).
+    ``overrides`` are laid out as the file (what :func:`~tracerl.core.dataclass_options.given_options` makes of
+    the flags): top-level keys, ``build={"splits": ...}``, ``endpoint=[Endpoint(...)]``; a None value is not given.
+    Paths of the file are relative to its folder, those of ``overrides`` to the working directory.
     """
-    data: dict[str, Any] = {}
+    table: dict[str, Any] = {}
     base = Path.cwd()
     if path is not None:
         try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+            table = tomllib.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise RoundConfigError(f"--config {path}: no such file") from None
         except tomllib.TOMLDecodeError as exc:
             raise RoundConfigError(f"{path} is not valid TOML: {exc}") from None
         base = Path(path).resolve().parent
     where = str(path) if path else "the command line"
-    unknown = set(data) - _TOP - set(_SECTIONS) - {"endpoint", "policies"}
-    if unknown:
-        known = _TOP | set(_SECTIONS) | {"endpoint", "policies"}
-        raise RoundConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
-    build = dict(data.get("build", {}))
-    if "policies" in data:
-        build["policies"] = _policies(where, data["policies"])
-    for key in ("splits", "agents", "policies"):
-        if overrides.get(key) is not None:
-            build[key] = overrides.pop(key)
-        overrides.pop(key, None)
-    sections = {name: _section(where, name, cls, build if name == "build" else data.get(name, {})) for name, cls in _SECTIONS.items()}
-    endpoints = overrides.pop("endpoints", None) or [_endpoint(where, e) for e in data.get("endpoint", [])]
-    top = _absolute({k: v for k, v in data.items() if k in _TOP}, base)
-    top.update(_absolute({k: v for k, v in overrides.items() if v is not None}, Path.cwd()))
-    missing = [k for k in ("spans", "state", "model") if k not in top]
-    if missing:
-        raise RoundConfigError(f"{where}: missing {', '.join(missing)} (a config file key or --{missing[0]})")
+    if "policies" in table:  # [policies] is the build's policies (the build selects by them), written at the top
+        table["build"] = {**table.get("build", {}), "policies": _policies(where, table.pop("policies"))}
+    table = merged(RoundConfig, _absolute(table, base), _absolute({k: v for k, v in overrides.items() if v is not None}, Path.cwd()))
+    if isinstance(table.get("build", {}), Mapping):
+        table["build"] = {**table.get("build", {}), "incremental": True}  # a round's watermark is the incremental dataset
     try:
-        return RoundConfig(**top, **sections, endpoints=tuple(endpoints))
-    except TypeError as exc:
-        raise RoundConfigError(f"{where}: {exc}") from None
+        backend_options = {name: config_from_table(row.options, table.pop(name), f"{where} [{name}]")
+                           for name, row in BACKENDS.items() if name in table}
+        return replace(config_from_table(RoundConfig, table, where), backend_options=backend_options)
+    except ConfigError as exc:
+        raise RoundConfigError(str(exc)) from None
 
 
 def _absolute(values: dict[str, Any], base: Path) -> dict[str, Any]:
     """Paths (and a local ``spans``) made absolute against ``base``: the registry must not depend on the cwd."""
     values = dict(values)
-    for key in (*_PATHS, "spans"):
+    for key in ("state", "model", "spans"):
         if key in values and "://" not in str(values[key]):
             path = (base / Path(str(values[key])).expanduser()).resolve()
             values[key] = str(path) if key == "spans" else path
     return values
 
 
-def _section(where: str, name: str, cls: type, values: dict[str, Any]) -> Any:
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(values) - known
-    if unknown:
-        raise RoundConfigError(f"{where} [{name}]: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
-    if name == "build":
-        values = {**values, "incremental": True}  # a round's watermark is the incremental dataset
-        for key in ("splits", "rewards", "exports"):
-            if key in values:
-                values[key] = tuple([values[key]] if isinstance(values[key], str) else values[key])
-    try:
-        return cls(**values)
-    except (PipelineInputError, TypeError, ValueError) as exc:
-        raise RoundConfigError(f"{where} [{name}]: {exc}") from None
-
-
 def _policies(where: str, value: Any) -> dict[str, tuple[str, ...]]:
     if not isinstance(value, dict) or not all(isinstance(v, list) and all(isinstance(a, str) for a in v) for v in value.values()):
         raise RoundConfigError(f'{where} [policies]: each key is a policy, its value the list of its agents, e.g. writer = ["writer", "rewriter"]')
     return {name: tuple(agents) for name, agents in value.items()}
-
-
-def _endpoint(where: str, value: Any) -> Endpoint:
-    if not isinstance(value, dict) or "url" not in value or set(value) - {"url", "kind"}:
-        raise RoundConfigError(f"{where} [[endpoint]]: each needs url (and optionally kind), got {value!r}")
-    return Endpoint(**value)

@@ -7,7 +7,8 @@ The state folder (``RoundConfig.state``)::
     STATE/rounds/vN/dataset/     round N's transitions: hard links to the dataset's files no version claimed yet
     STATE/policies/vN/           round N's checkpoint (tracerl_checkpoint.json inside)
     STATE/registry.json          the recorded versions (:mod:`tracerl.orchestration.registry`)
-    STATE/metrics.jsonl          one row per trained version, from the registry (the report's --runs)
+    STATE/metrics.jsonl          one row per trained version and per skipped round, derived from the registry
+                                 (the row type the local loop writes too; the report's --runs)
     STATE/report.html            refreshed after each round
     STATE/trackers.json          with [train] report_to: each tracker's run id, continued by every round
     STATE/tensorboard/NAME/      with report_to tensorboard: its event files (NAME: the state folder's)
@@ -52,10 +53,11 @@ from tracerl.orchestration.rounds.config import RoundConfig
 from tracerl.orchestration.rounds.errors import RoundFailed, RoundStopped
 from tracerl.orchestration.rounds.gate import gate
 from tracerl.orchestration.release import release
-from tracerl.orchestration.registry import REGISTRY_FILE, PolicyRegistry, VersionEntry, episode_entries, utc_now
+from tracerl.orchestration.registry import REGISTRY_FILE, PolicyRegistry, VersionEntry
+from tracerl.orchestration.round_record import metrics_row, skip_row, trained_entry
 from tracerl.trainer.publish import PublishError
 from tracerl.trainer.trackers import RECORD_FILE, TrackerError, TrackerRun, open_trackers
-from tracerl.trainer.training.checkpoint import CHECKPOINT_MANIFEST_FILE, read_checkpoint_manifest
+from tracerl.trainer.training.checkpoint import CHECKPOINT_MANIFEST_FILE
 
 
 @dataclass(frozen=True)
@@ -258,32 +260,25 @@ def policy_round(config: RoundConfig, state: StateFolder, policy: str | None, on
             try:
                 train_checkpoint(
                     plan, Path(parent["checkpoint"]), checkpoint, backend=config.backend, config=config.train,
-                    options=config.openrlhf if config.backend == "openrlhf" else None, max_policy_lag=config.max_policy_lag,
+                    options=config.backend_options.get(config.backend), max_policy_lag=config.max_policy_lag,
                     version=version, on_saving=lambda: clock.mark("checkpoint"), policy=policy,
                 )
             except EmptyDatasetError as exc:  # no row to train on (too stale, empty responses): never a blocker;
                 # set the files aside, record why, go on
-                files = sorted(f.name for f in planned.files())
-                registry.record_skip({"round": version, "files": files, "episodes": len(episodes), "reason": str(exc), "at": utc_now()})
+                registry.record_skip(version, [f.name for f in planned.files()], len(episodes), str(exc))
                 shutil.rmtree(plan)
                 write_metrics(registry, state.metrics)
                 summary.status, summary.version, summary.reason = "skipped", None, f"round {version} skipped: {exc}"
                 return summary
             except DatasetError as exc:
                 raise RoundFailed("failed", f"round {version} cannot train on {plan}: {exc}") from exc
-    manifest = read_checkpoint_manifest(checkpoint) or {}
-    summary.checkpoint, summary.metrics = str(checkpoint), manifest.get("metrics")
-
+    summary.checkpoint = str(checkpoint)
     decision = None
     if config.eval_command:
         with clock("gate"):
             decision = summary.gate = gate(config.eval_command, config.gate_margin, checkpoint, parent, policy)
-    entry = VersionEntry(
-        version, "trained", parent["version"], str(checkpoint),
-        episodes=episode_entries(episodes), metrics=manifest.get("metrics"), skipped=manifest.get("dataset", {}).get("skipped"),
-        dataset={"path": str(plan), "files": sorted(f.name for f in planned.files()), "manifest": manifest.get("dataset", {}).get("manifest")},
-        seconds=summary.seconds, eval_reward=decision["eval_reward"] if decision else None, gate=decision,
-    )
+    entry = trained_entry(checkpoint, version, parent["version"], planned, policy, seconds=summary.seconds, gate=decision)
+    summary.metrics = entry.metrics
     held = bool(decision and decision["held"])
     try:
         recorded = release(registry, entry, () if held else [e.target(policy) for e in config.endpoints],
@@ -299,15 +294,11 @@ def policy_round(config: RoundConfig, state: StateFolder, policy: str | None, on
 
 
 def write_metrics(registry: PolicyRegistry, path: Path) -> list[dict[str, Any]]:
-    """``metrics.jsonl`` (what ``tracerl report --runs`` shows): one row per trained version, then one per
-    round set aside (``set_aside``: true, its reason); whole or not at all. Returns the rows."""
-    rows = []
-    for entry in registry.entries():
-        if entry["kind"] != "trained":
-            continue
-        rows.append({"round": entry["version"], "policy_version": entry["version"], "episodes": len(entry["episodes"]),
-                     **(entry.get("metrics") or {}), **{f"{k}_seconds": v for k, v in (entry.get("seconds") or {}).items()}})
-    rows += [{A.RUN_METRICS_SET_ASIDE: True, "round": r["round"], "episodes": r["episodes"], "reason": r["reason"], "at": r["at"]} for r in registry.skipped()]
+    """``metrics.jsonl`` (what ``tracerl report --runs`` shows), derived from the registry: one row per trained
+    version (round = its version), then one per round set aside (``set_aside``: true, its reason); whole or not
+    at all. Returns the rows."""
+    rows = [{"round": entry["version"], **metrics_row(entry)} for entry in registry.entries() if entry["kind"] == "trained"]
+    rows += [{"round": r["round"], A.RUN_METRICS_SET_ASIDE: True, **skip_row(r), "at": r["at"]} for r in registry.skipped()]
     write_atomic(path, "".join(json.dumps(row) + "\n" for row in rows))
     return rows
 

@@ -35,6 +35,7 @@ from tracerl.trainer.training.objective import ObjectiveSums, policy_loss
 class TrainMetrics:
     samples: int = 0
     tokens: int = 0  # action tokens trained on (over all epochs and processes)
+    trained_tokens: int = 0  # every token of the samples, prompts included, counted once (what a CPU round's time goes to)
     steps: int = 0  # optimizer steps
     loss: float = 0.0  # mean over steps
     # share of policy tokens where PPO's clip binds (OpenRLHF's clip_ratio, same meaning)
@@ -241,6 +242,7 @@ class PolicyGradientTrainer(ABC):
         self._set_training(True)
         metrics = TrainMetrics(
             samples=len(samples), missing_logprobs=sum(s.response_logprobs is None for s in samples), learning_rate=self.learning_rate,  # type: ignore[arg-type]
+            trained_tokens=sum(len(s.prompt_token_ids) + len(s.response_token_ids) for s in samples),
             micro_batch_size=self.micro_batch_size, world_size=self.world_size,
         )
         total_steps = sum(len(layout) for layout in layouts)

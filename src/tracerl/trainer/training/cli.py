@@ -13,7 +13,8 @@ from rich.console import Console
 
 from tracerl.core.commands import command_group
 from tracerl.trainer.publish import TARGET_KINDS, BuiltinServer
-from tracerl.trainer.training.config import BACKENDS, OpenRLHFOptions, TrainConfig
+from tracerl.trainer.training.backends import DEFAULT_BACKEND
+from tracerl.trainer.training.config import TrainConfig
 from tracerl.trainer.training.options import TrainingOverrides, with_training_options
 
 console = Console(stderr=True)
@@ -52,7 +53,7 @@ def train(
 
     from tracerl.trainer.training.model_folder import ModelFolderError, inspect_policy_folder
 
-    backend, config, options = training.apply(BACKENDS[0], TrainConfig(seed=seed), OpenRLHFOptions())
+    backend, config, backend_options = training.apply(DEFAULT_BACKEND, TrainConfig(seed=seed), {})
     from tracerl.trainer.trackers import TrackerError, check_trackers
 
     try:
@@ -72,7 +73,7 @@ def train(
         # binds sys.stdout when first imported, OpenRLHF prints) goes to stderr
         with contextlib.redirect_stdout(sys.stderr):
             trained = train_checkpoint(
-                dataset, model, out, backend=backend, config=config, options=options,
+                dataset, model, out, backend=backend, config=config, options=backend_options[backend],
                 max_policy_lag=max_policy_lag, version=version,
             )
     except DatasetError as exc:

@@ -1,20 +1,22 @@
 """What one training pass does; every entry point takes its options and defaults from here.
 
 ``tracerl train``, ``tracerl train run``/``loop``, ``tracerl demo`` and the examples build a
-:class:`TrainConfig` (and, for ``--backend openrlhf``, :class:`OpenRLHFOptions`) through the
-same command-line options (:mod:`~tracerl.trainer.training.options`). Kept free of torch so
-that ``tracerl --help`` and option parsing stay fast. Every backend reads the same fields
-with the same meaning.
+:class:`TrainConfig`, which every backend reads with the same meaning, and the options of the
+chosen backend (:class:`TorchOptions`, :class:`OpenRLHFOptions`: the ``options`` of its row in
+:data:`~tracerl.trainer.training.backends.BACKENDS`) through the same command-line options
+(:mod:`~tracerl.trainer.training.options`). A backend's options declare their own flags in
+their fields (:func:`~tracerl.core.dataclass_options.option`) and check themselves when built,
+whether from flags or a round's TOML section. Kept free of torch so that ``tracerl --help`` and
+option parsing stay fast.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from tracerl.core.dataclass_options import option
 from tracerl.trainer.trackers import parse_report_to
-
-# `--backend`: the first is the default
-BACKENDS = ("torch", "openrlhf")
 
 # Learning rates when none is given, by what is trained: full weights of a real model take
 # small steps (the range RL fine-tuning of 0.5-7B instruct models uses); a LoRA adapter's
@@ -72,16 +74,28 @@ def default_learning_rate(config: TrainConfig) -> float:
     return LORA_LEARNING_RATE if config.lora_rank > 0 else FULL_WEIGHTS_LEARNING_RATE
 
 
-@dataclass
-class OpenRLHFOptions:
-    """What only this backend has; defaults suit one device and scale up on GPUs."""
+@dataclass(frozen=True)
+class TorchOptions:
+    """The torch backend has no options of its own: everything it reads is in :class:`TrainConfig`."""
 
-    zero_stage: int = 2
+
+@dataclass(frozen=True)
+class OpenRLHFOptions:
+    """What only the OpenRLHF backend has; defaults suit one device and scale up on GPUs."""
+
+    zero_stage: int = field(default=2, metadata=option("--zero-stage", min=0, max=3, help="DeepSpeed ZeRO stage (default 2)."))
     # Adam's fp32 moments and master weights in host memory (DeepSpeed's CPU Adam): what lets full
     # weights of a 7B model train on one GPU (on a 141 GB H200, ZeRO-2 without it runs out of memory
     # allocating the moments: benchmarks/results/gpu_check-h200-2026-11-26.jsonl), at the cost of
     # optimizer steps on the CPU.
-    adam_offload: bool = False
+    adam_offload: bool = field(default=False, metadata=option(
+        "--adam-offload/--no-adam-offload", help="Keep Adam's moments and fp32 weights in host memory (full weights of a 7B model on one GPU)."))
     lora_target_modules: str | list[str] = "all-linear"
-    reference_model: str | None = None  # frozen policy to stay close to (with kl_coef)
-    kl_coef: float = 0.0
+    # frozen policy to stay close to (with kl_coef)
+    reference_model: str | None = field(default=None, metadata=option(
+        "--ref-model", cli_type=Path, from_cli=str, help="Frozen reference policy of a KL penalty (with --kl-coef)."))
+    kl_coef: float = field(default=0.0, metadata=option("--kl-coef", min=0.0, help="Weight of the k3 KL to --ref-model."))
+
+    def __post_init__(self) -> None:
+        if self.kl_coef > 0 and self.reference_model is None:
+            raise ValueError("a KL penalty (kl_coef) needs the policy to stay close to: pass --ref-model too (reference_model in a config file)")

@@ -19,7 +19,7 @@ import torch
 
 from tracerl.trainer.training.backend import PolicyGradientTrainer
 from tracerl.trainer.training.checkpoint import checkpoint_folder
-from tracerl.trainer.training.config import TrainConfig
+from tracerl.trainer.training.config import TorchOptions, TrainConfig
 from tracerl.trainer.training.device import attention_implementation, default_dtype, torch_dtype, training_device
 from tracerl.trainer.training.model_folder import inspect_policy_folder
 
@@ -30,7 +30,8 @@ TRAINER_STATE_FILE = "trainer_state.pt"
 class PolicyTrainer(PolicyGradientTrainer):
     """Holds the policy and its optimizer across rounds; saves Hugging Face checkpoints."""
 
-    def __init__(self, model_path: str | os.PathLike, config: TrainConfig | None = None) -> None:
+    def __init__(self, model_path: str | os.PathLike, config: TrainConfig | None = None, options: TorchOptions | None = None) -> None:
+        """``options`` is empty (``TorchOptions``), taken because every backend is built the same way (``load_trainer``)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
