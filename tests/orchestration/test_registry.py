@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tracerl.orchestration.registry import PolicyRegistry, RegistryError, VersionEntry
@@ -15,6 +17,28 @@ def test_a_skipped_rounds_files_are_claimed_without_making_a_version(tmp_path):
     assert registry.latest()["version"] == 0 and registry.claimed_files() == {"transitions-a.parquet"}
     registry.append(VersionEntry(1, "trained", 0, "v1", dataset={"files": ["transitions-b.parquet"]}, recorded_at="t2"))
     assert registry.claimed_files() == {"transitions-a.parquet", "transitions-b.parquet"} and len(registry.skipped()) == 1
+
+
+def test_the_claimed_files_come_from_one_read_of_the_registry(tmp_path, monkeypatch):
+    # a round asks once and tests each of its dataset's files against the answer, however many versions there are
+    registry = PolicyRegistry(tmp_path)
+    registry.append(VersionEntry(0, "base", None, "base"))
+    for version in range(1, 20):
+        registry.append(VersionEntry(version, "trained", version - 1, f"v{version}", dataset={"files": [f"transitions-{version}.parquet"]}))
+    registry.record_skip(20, ["transitions-20.parquet"], 1, "too stale")
+    reads = []
+    read_text = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda path, *a, **k: reads.append(path) or read_text(path, *a, **k))
+    assert registry.claimed_files() == {f"transitions-{n}.parquet" for n in range(1, 21)}
+    assert reads == [registry.path]
+
+
+@pytest.mark.parametrize("question", ["entries", "skipped", "claimed_files"])
+def test_a_file_that_is_not_a_registry_is_named_whichever_question_is_asked(tmp_path, question):
+    registry = PolicyRegistry(tmp_path)
+    registry.path.write_text('{"skipped": []}')
+    with pytest.raises(RegistryError, match="registry.json is not a policy registry .*restore it from a backup"):
+        getattr(registry, question)()
 
 
 def test_every_kind_of_version_is_written_in_one_shape_and_numbers_must_follow(tmp_path):

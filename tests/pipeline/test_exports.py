@@ -7,7 +7,7 @@ import json
 import datasets
 
 from tracerl.pipeline import build_dataset
-from tracerl.pipeline.dataset_folder import export_folder
+from tracerl.pipeline.build_output import export_folder
 from tracerl_testing.span_builders import chat_episode, write_spans
 
 

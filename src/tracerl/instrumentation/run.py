@@ -78,18 +78,18 @@ def capture_env(
     if disabled:
         env[E.OTEL_DISABLED_INSTRUMENTATIONS_ENV] = ",".join(dict.fromkeys(disabled))
     hook_dir = str(Path(auto_instrumentation.__file__).parent)
-    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != hook_dir]
+    paths = [p for p in env.get(E.PYTHONPATH_ENV, "").split(os.pathsep) if p and p != hook_dir]
     cwd = os.getcwd()
     if cwd not in paths:
         paths.insert(0, cwd)
-    env["PYTHONPATH"] = os.pathsep.join([hook_dir, *paths])
+    env[E.PYTHONPATH_ENV] = os.pathsep.join([hook_dir, *paths])
     return env
 
 
 def exec_captured(command: Sequence[str], env: Mapping[str, str]) -> NoReturn:
     """Replace this process with ``command`` (as ``opentelemetry-instrument`` does), so
     signals, the exit status and the terminal belong to the program itself."""
-    executable = shutil.which(command[0], path=env.get("PATH"))
+    executable = shutil.which(command[0], path=env.get(E.PATH_ENV))
     if executable is None:
         raise FileNotFoundError(f"tracerl run: command not found: {command[0]!r}")
     os.execvpe(executable, list(command), dict(env))

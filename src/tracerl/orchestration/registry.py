@@ -95,14 +95,20 @@ class PolicyRegistry:
     def __init__(self, state: Path) -> None:
         self.path = Path(state) / REGISTRY_FILE
 
+    def _read(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The versions and the skipped rounds, oldest first, from one read of the file (a question about both,
+        or a rewrite of one, sees them as of the same moment); both empty before anything is recorded."""
+        if not self.path.is_file():
+            return [], []
+        try:
+            body = json.loads(self.path.read_text(encoding="utf-8"))
+            return body["policies"], body.get("skipped", [])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise RegistryError(f"{self.path} is not a policy registry ({exc}); restore it from a backup") from None
+
     def entries(self) -> list[dict[str, Any]]:
         """Every recorded version, oldest first."""
-        if not self.path.is_file():
-            return []
-        try:
-            return json.loads(self.path.read_text(encoding="utf-8"))["policies"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise RegistryError(f"{self.path} is not a policy registry ({exc}); restore it from a backup") from None
+        return self._read()[0]
 
     def latest(self) -> dict[str, Any] | None:
         entries = self.entries()
@@ -122,36 +128,38 @@ class PolicyRegistry:
 
     def skipped(self) -> list[dict[str, Any]]:
         """Rounds that had nothing to train on (rows too stale, empty responses), oldest first: their files, why, when."""
-        if not self.path.is_file():
-            return []
-        return json.loads(self.path.read_text(encoding="utf-8")).get("skipped", [])
+        return self._read()[1]
 
     def claimed_files(self) -> set[str]:
-        """Names of the dataset files some recorded version trained on, or a skipped round set aside."""
-        trained = {name for entry in self.entries() for name in (entry.get("dataset") or {}).get("files", [])}
-        return trained | {name for record in self.skipped() for name in record.get("files", [])}
+        """Names of the dataset files some recorded version trained on, or a skipped round set aside (one read of the
+        registry: ask once, then test each file against the set)."""
+        entries, skipped = self._read()
+        trained = {name for entry in entries for name in (entry.get("dataset") or {}).get("files", [])}
+        return trained | {name for record in skipped for name in record.get("files", [])}
 
     def record_skip(self, round: int, files: list[str], episodes: int, reason: str) -> dict[str, Any]:
         """Record a round that had nothing to train on (no version is made), in one shape whichever driver ran it: its
         dataset ``files`` are set aside (a scheduled round's next plan does not meet them again). Returns the record."""
         record = {"round": round, "files": sorted(files), "episodes": episodes, "reason": reason, "at": utc_now()}
-        self._write(self.entries(), [*self.skipped(), record])
+        entries, skipped = self._read()
+        self._write(entries, [*skipped, record])
         return record
 
     def set_pinned(self, version: int, pinned: bool) -> dict[str, Any]:
         """Mark ``version`` as kept (or no longer) when old checkpoints are pruned; returns its entry."""
         self.get(version)  # names the versions there are if it is not one
-        entries = [{**e, "pinned": pinned} if e["version"] == version else e for e in self.entries()]
-        self._write(entries, self.skipped())
+        entries, skipped = self._read()
+        entries = [{**e, "pinned": pinned} if e["version"] == version else e for e in entries]
+        self._write(entries, skipped)
         return next(e for e in entries if e["version"] == version)
 
     def append(self, version: VersionEntry) -> dict[str, Any]:
         """Record ``version`` as the newest (its number must follow the latest's); return its entry as written."""
         entry = version.as_dict()
-        entries = self.entries()
+        entries, skipped = self._read()
         if entries and entry["version"] != entries[-1]["version"] + 1:
             raise RegistryError(f"version {entry['version']} does not follow {entries[-1]['version']} in {self.path}")
-        self._write([*entries, entry], self.skipped())
+        self._write([*entries, entry], skipped)
         return entry
 
     def _write(self, entries: list[dict[str, Any]], skipped: list[dict[str, Any]]) -> None:

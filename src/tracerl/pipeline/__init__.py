@@ -6,7 +6,7 @@ for why data did not become transitions.
 """
 
 from tracerl.pipeline.build import analyze, build_dataset
-from tracerl.pipeline.dataset_folder import dataset_table, read_manifest
+from tracerl.pipeline.build_output import dataset_table, read_manifest
 from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.source import PipelineInputError
 

@@ -5,7 +5,7 @@ spilling beyond ``--memory-limit``); token arrays are read only once, when the r
 written, a span file at a time. :func:`analyze` runs every stage but the write
 and returns the counts, which is what ``pipeline doctor`` explains. The stages, and the
 tables through which they pass their work on, are described in ``src/tracerl/pipeline/README.md``;
-the output folder's layout in :mod:`tracerl.pipeline.dataset_folder`.
+the output folder's layout in :mod:`tracerl.pipeline.build_output`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 
 import tracerl
-from tracerl.pipeline import air, buckets, credit, dataset_folder, episodes, judgment_log, log_content, normalize, rewards, selection, source
+from tracerl.pipeline import air, buckets, build_output, credit, episodes, judgment_log, log_content, normalize, rewards, selection, source
 from tracerl.pipeline.counts import merge, warnings
 from tracerl.pipeline.location import locate
 from tracerl.pipeline.options import BuildOptions
@@ -106,7 +106,7 @@ def _late_rewards(con: duckdb.DuckDBPyConnection, run: Run) -> None:
 
 
 def _processed(con: duckdb.DuckDBPyConnection, run: Run) -> None:
-    run.previously = dataset_folder.register_processed(con, run.out, run.options.incremental)
+    run.previously = build_output.register_processed(con, run.out, run.options.incremental)
 
 
 def _processed_counts(con: duckdb.DuckDBPyConnection, run: Run) -> dict[str, Any]:
@@ -159,7 +159,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("judgment_log", lambda con, run: judgment_log.register_judgments(con, run.files.judgment_files, run.keep("judgments")),
           lambda con, run: judgment_log.counts(con, run.files.judgment_files)),
     Stage("source", _late_rewards),
-    Stage("dataset_folder", _processed, _processed_counts),
+    Stage("build_output", _processed, _processed_counts),
     Stage("normalize", lambda con, run: normalize.build_span_meta(con), progress="normalising spans"),
     Stage("normalize", lambda con, run: normalize.build_spans_view(con)),
     Stage("normalize", lambda con, run: normalize.build_llm_calls(con), lambda con, run: normalize.counts(con)),
@@ -245,10 +245,10 @@ def write_transitions(
     midway removes what this write committed and raises :class:`~tracerl.pipeline.source.PipelineInputError`,
     so the folder holds what it held before.
     """
-    before = set(dataset_folder.transition_files(into))
+    before = set(build_output.transition_files(into))
 
     def undo() -> None:  # keep the previous dataset intact
-        for partial in set(dataset_folder.transition_files(into)) - before:
+        for partial in set(build_output.transition_files(into)) - before:
             partial.unlink()
 
     with tempfile.TemporaryDirectory(prefix=".duckdb-", dir=into) as tmp:
@@ -292,12 +292,12 @@ def build_dataset(
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
     progress = progress or _noop
-    previous = set(dataset_folder.transition_files(out_dir))
+    previous = set(build_output.transition_files(out_dir))
     retokenizer = Retokenizer(opts.retokenize) if opts.retokenize else None  # a bad folder fails before any work
     written = write_transitions(spans, out_dir, opts, processed_from=out_dir, progress=progress, on_rows=on_rows, retokenizer=retokenizer,
                                 on_analysis=on_analysis)
     if not opts.incremental:
-        dataset_folder.clear_previous(out_dir, previous)
+        build_output.clear_previous(out_dir, previous)
     return finish(out_dir, opts, written, started, progress)
 
 
@@ -323,7 +323,7 @@ def finish(out_dir: Path, opts: BuildOptions, written: Written, started: float, 
             "data_clock_unix_nano": written.clock_ns,
             "episode_timeout_s": opts.episode_timeout_s,
             # the episodes in the dataset's files, which incremental builds skip
-            "episodes_processed": counts["episodes"]["already_processed"] + dataset_folder.episode_count(written.paths),
+            "episodes_processed": counts["episodes"]["already_processed"] + build_output.episode_count(written.paths),
         },
         "counts": counts,
         "outputs": {"files": [os.path.basename(p) for p in written.paths], "exports": exported},
@@ -331,4 +331,4 @@ def finish(out_dir: Path, opts: BuildOptions, written: Written, started: float, 
     if engine:
         manifest["engine"] = engine
     manifest["warnings"] = warnings(manifest["inputs"], counts, opts)
-    return dataset_folder.write_manifest(out_dir, manifest)
+    return build_output.write_manifest(out_dir, manifest)

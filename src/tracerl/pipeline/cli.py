@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 from tracerl.core.commands import command_group
 from tracerl.core.dataclass_options import config_from_options, with_options
-from tracerl.pipeline.dataset_folder import MANIFEST
+from tracerl.pipeline.build_output import MANIFEST
 from tracerl.pipeline.judge_options import JudgeOptions
 from tracerl.pipeline.options import SELECTION, BuildOptions
 from tracerl.pipeline.source import PipelineInputError

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tracerl.pipeline.dataset_folder import export_folder, transition_files
+from tracerl.pipeline.build_output import export_folder, transition_files
 from tracerl.pipeline.messages import chat_messages
 from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.sft_dpo import write_dpo, write_sft

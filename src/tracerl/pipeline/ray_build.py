@@ -35,7 +35,7 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from tracerl.core.extras import missing_message
-from tracerl.pipeline import buckets, dataset_folder, log_content, normalize, source
+from tracerl.pipeline import buckets, build_output, log_content, normalize, source
 from tracerl.pipeline.build import Progress, Written, _noop, connect, finish, inputs, reading_spans, write_transitions
 from tracerl.pipeline.counts import summed
 from tracerl.pipeline.options import BuildOptions
@@ -122,7 +122,7 @@ def build_dataset_on_ray(
     out_dir = Path(out).absolute()
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    previous = set(dataset_folder.transition_files(out_dir))
+    previous = set(build_output.transition_files(out_dir))
     if opts.retokenize:
         Retokenizer(opts.retokenize)  # a bad folder fails here, before any work
     files = source.find_span_files(spans)
@@ -168,10 +168,10 @@ def build_dataset_on_ray(
     # what every bucket saw whole, counted once: the files listed, and the episodes already in the dataset
     counts.update(source.counts(files))
     counts["judgments"]["files"] = parts[0].counts["judgments"]["files"]
-    counts["episodes"]["already_processed"] = dataset_folder.episode_count(sorted(previous)) if opts.incremental else 0
+    counts["episodes"]["already_processed"] = build_output.episode_count(sorted(previous)) if opts.incremental else 0
     written = Written(paths=paths, counts=counts, inputs=inputs(files, opts), rules=parts[0].rules, clock_ns=plan.clock_ns)
     if not opts.incremental:
-        dataset_folder.clear_previous(out_dir, previous)
+        build_output.clear_previous(out_dir, previous)
     return finish(out_dir, opts, written, started, progress,
                   engine={"name": "ray", "buckets": count, "spans_per_bucket": plan.spans,
                           "span_files_per_bucket": [len(f) for f in plan.files]})

@@ -21,7 +21,7 @@ from pathlib import Path
 import duckdb
 
 from tracerl.pipeline.build import analyze
-from tracerl.pipeline.dataset_folder import transition_files
+from tracerl.pipeline.build_output import transition_files
 from tracerl.pipeline.options import BuildOptions
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.pipeline.sql_text import empty_select, sql_list

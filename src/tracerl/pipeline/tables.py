@@ -69,7 +69,7 @@ RELATIONS: tuple[Relation, ...] = (
              "the latest judgment of each episode under each judge model and rubric (the data dir's judgments/)"),
     Relation("late_rewards", "view", "source", ("rewards",), tuple(REWARDS_SCHEMA.names),
              "rewards from files (the data dir's rewards/ and --rewards), keyed by episode, trace, response or rollout id"),
-    Relation("processed", "table", "dataset_folder", ("selection",), ("episode_id",),
+    Relation("processed", "table", "build_output", ("selection",), ("episode_id",),
              "episodes already in the dataset's transitions (incremental builds skip them; empty otherwise)"),
     Relation("span_meta_raw", "table", "normalize", ("normalize",), (*_SPAN_META[:4], "scope_name", *_SPAN_META[4:]),
              "span_meta before duplicates are dropped and episodes resolved", scratch=True),

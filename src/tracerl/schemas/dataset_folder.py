@@ -11,7 +11,7 @@ One type for every reader (the trainer, the rounds, the loop, exports, ``tracerl
 layout, the version check and the questions asked of a folder (its episodes, its rows per policy)
 are answered in one place, each from one read of the files. The writer's side (the manifest's
 atomic write, incremental builds' watermark, the exports beside OUT) is
-:mod:`tracerl.pipeline.dataset_folder`.
+:mod:`tracerl.pipeline.build_output`.
 """
 
 from __future__ import annotations

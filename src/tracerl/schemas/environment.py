@@ -1,9 +1,10 @@
 """Every environment variable tracerl reads or sets, in one table (as OpenTelemetry's
-``opentelemetry.sdk.environment_variables`` keeps the SDK's).
+``opentelemetry.sdk.environment_variables`` keeps the SDK's), tracerl's own and other projects'.
 
 Capture is switched on by variables alone, and the loop hands its agents their endpoint, data
 dir and limits the same way: a name written twice can drift, so every module takes its names
-from here (tests/schemas/test_environment.py rejects a variable's name spelled anywhere else).
+from here (tests/schemas/test_environment.py rejects a variable's name spelled anywhere else,
+whatever its prefix: at ``os.environ``, ``os.getenv``, an ``env`` mapping or a subprocess's ``env=``).
 """
 
 from __future__ import annotations
@@ -66,3 +67,22 @@ RAY_ADDRESS_ENV = "RAY_ADDRESS"  # `build-dataset --engine ray`: the cluster (un
 # set to "0" before a local Ray starts: Ray's announced next default (tasks asking no GPU keep the
 # device variables as they are), without the warning it prints until then
 RAY_ACCEL_OVERRIDE_ENV = "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO"
+PYTHONPATH_ENV = "PYTHONPATH"  # `tracerl run` puts the auto-instrumentation hook first, so every Python child captures
+PATH_ENV = "PATH"  # where `tracerl run` looks up its command, in the environment it hands it
+
+# ---- a training job's place (torch.distributed's launchers set them; training/device.py reads them and,
+# for a process started alone, sets them: rank 0 of 1 on loopback) -------------------------------
+RANK_ENV = "RANK"
+WORLD_SIZE_ENV = "WORLD_SIZE"
+LOCAL_RANK_ENV = "LOCAL_RANK"  # the GPU of this process on its node; -1 on CPU, for DeepSpeed's CUDA-only calls
+MASTER_ADDR_ENV = "MASTER_ADDR"  # the rendezvous store's host and port
+MASTER_PORT_ENV = "MASTER_PORT"
+DS_ACCELERATOR_ENV = "DS_ACCELERATOR"  # set to "cpu" before DeepSpeed is imported on a machine without a GPU
+
+# ---- experiment trackers' own variables (`--report-to`), read so a team's settings apply unchanged ----
+MLFLOW_TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"  # the store (unset: MLflow's SQLite default, which needs full mlflow)
+MLFLOW_EXPERIMENT_NAME_ENV = "MLFLOW_EXPERIMENT_NAME"  # default tracerl
+MLFLOW_RUN_ID_ENV = "MLFLOW_RUN_ID"  # log into that run
+WANDB_PROJECT_ENV = "WANDB_PROJECT"  # default tracerl
+WANDB_DIR_ENV = "WANDB_DIR"  # where its files go (default: the run's folder)
+TRACKIO_PROJECT_ENV = "TRACKIO_PROJECT"  # default tracerl

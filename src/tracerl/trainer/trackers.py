@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from tracerl.schemas import environment as E
+
 EXTRA = "trackers"  # pyproject.toml's optional dependencies that install them all
 NONE, ALL = "none", "all"  # Hugging Face's report_to: no tracker; every tracker whose package is installed
 RECORD_FILE = "trackers.json"  # in a run's folder: each tracker's run id, so that the next process of the run continues it
@@ -226,7 +228,7 @@ class MLflowTracker:
         """MLflow's default store (no ``MLFLOW_TRACKING_URI``) is a SQLite file, which needs the full ``mlflow`` package."""
         from importlib.metadata import PackageNotFoundError, distribution
 
-        uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+        uri = os.environ.get(E.MLFLOW_TRACKING_URI_ENV, "")
         if uri.startswith("sqlite:") or not uri:
             try:
                 distribution("mlflow")  # the full package (the store, its SQLAlchemy and Alembic), not mlflow-skinny alone
@@ -241,11 +243,11 @@ class MLflowTracker:
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient()
-        self.run_id = os.environ.get("MLFLOW_RUN_ID") or self.run.resumed(self.name)
+        self.run_id = os.environ.get(E.MLFLOW_RUN_ID_ENV) or self.run.resumed(self.name)
         if self.run_id:
             self.client.update_run(self.run_id, status="RUNNING")
         else:
-            experiment_name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "tracerl")
+            experiment_name = os.environ.get(E.MLFLOW_EXPERIMENT_NAME_ENV, "tracerl")
             experiment = self.client.get_experiment_by_name(experiment_name)
             experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(experiment_name)
             self.run_id = self.client.create_run(experiment_id, run_name=self.run.name).info.run_id
@@ -287,10 +289,10 @@ class WandbTracker:
         import wandb
 
         resumed = self.run.resumed(self.name)
-        folder = Path(os.environ.get("WANDB_DIR") or self.run.folder)
+        folder = Path(os.environ.get(E.WANDB_DIR_ENV) or self.run.folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.wandb_run = wandb.init(
-            project=os.environ.get("WANDB_PROJECT", "tracerl"), name=self.run.name, dir=str(folder), id=resumed,
+            project=os.environ.get(E.WANDB_PROJECT_ENV, "tracerl"), name=self.run.name, dir=str(folder), id=resumed,
             resume="allow" if resumed else None, config=None if resumed else config, reinit="create_new",
             settings=wandb.Settings(console="off", silent=True),
         )
@@ -330,7 +332,7 @@ class TrackioTracker:
 
         resumed = self.run.resumed(self.name)
         self.trackio_run = trackio.init(
-            project=os.environ.get("TRACKIO_PROJECT", "tracerl"), name=resumed or self.run.name, config=None if resumed else config,
+            project=os.environ.get(E.TRACKIO_PROJECT_ENV, "tracerl"), name=resumed or self.run.name, config=None if resumed else config,
             resume="allow" if resumed else "never", embed=False,
         )
         self.run.remember(self.name, self.trackio_run.name)

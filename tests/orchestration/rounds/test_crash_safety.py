@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tracerl.pipeline.dataset_folder import transition_files
+from tracerl.pipeline.build_output import transition_files
 from tracerl.orchestration.registry import PolicyRegistry
 from tracerl.trainer.serving.app import running_server
 from tracerl.trainer.training.checkpoint import read_checkpoint_manifest

@@ -54,8 +54,9 @@ from tracerl.orchestration.phases import PhaseClock
 from tracerl.orchestration.release import release
 from tracerl.orchestration.registry import PolicyRegistry, VersionEntry
 from tracerl.orchestration.round_record import checkpoint_bytes, metrics_row, skip_row, time_fields, trained_entry
-from tracerl.schemas.dataset_folder import DatasetFolder
+from tracerl.schemas.dataset_folder import FILES_GLOB, DatasetFolder
 from tracerl.pipeline.options import check_policies
+from tracerl.pipeline import source
 from tracerl.pipeline.source import PipelineInputError
 from tracerl.schemas import environment as E
 from tracerl.trainer.publish import BuiltinServer, PublishError, PublishTarget, VllmLora, VllmReload
@@ -176,7 +177,7 @@ def shuffle_within_groups(built: Path, data_dir: Path, rng: random.Random) -> in
 
     rows = duckdb.sql(f"""
         SELECT coalesce(task_id, '') AS task_group, episode_id, arg_min("return", step) AS episode_return
-        FROM read_parquet('{built}/transitions-*.parquet') WHERE split = 'train' GROUP BY ALL ORDER BY task_group, episode_id
+        FROM read_parquet('{built}/{FILES_GLOB}') WHERE split = 'train' GROUP BY ALL ORDER BY task_group, episode_id
     """).fetchall()
     episodes: list[str] = []
     permuted: list[float] = []
@@ -200,7 +201,7 @@ def groups_with_signal(dataset: Path) -> dict[str, int]:
     (groups, signal), = duckdb.sql(f"""
         SELECT count(*), count(*) FILTER (moved) FROM (
             SELECT coalesce(task_id, '') AS task_group, bool_or(abs(advantage) > 1e-12) AS moved
-            FROM read_parquet('{dataset}/transitions-*.parquet') WHERE split = 'train' GROUP BY ALL
+            FROM read_parquet('{dataset}/{FILES_GLOB}') WHERE split = 'train' GROUP BY ALL
         )
     """).fetchall()
     return {"task_groups": int(groups), "groups_with_signal": int(signal)}
@@ -244,26 +245,39 @@ def judge_round(data_dir: Path, cfg: LocalConfig) -> dict[str, int]:
     return {"judged": summary.scored, "judge_failed": summary.failed, "judge_calls": summary.calls}
 
 
+@contextmanager
+def raw_spans_of(data_dir: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection whose view ``raw_spans`` holds the data dir's spans as the build reads them: the pipeline's one
+    listing (files still being written and a compaction's replaced or uncommitted files left out, unreadable ones set
+    aside) and the spans schema's columns. A glob of the folder would count a compacted partition's spans twice."""
+    con = duckdb.connect()
+    try:
+        source.register_raw_spans(con, source.find_span_files(data_dir))
+        yield con
+    finally:
+        con.close()
+
+
 def generated_tokens(data_dir: Path) -> int:
     """Tokens the policy sampled in the round, every split (as captured)."""
-    query = f"""
-        SELECT coalesce(sum(len(completion_token_ids)), 0)
-        FROM read_parquet('{data_dir}/spans/**/*.parquet', union_by_name = true) WHERE completion_token_ids IS NOT NULL
-    """
-    return int(duckdb.sql(query).fetchall()[0][0])
+    with raw_spans_of(data_dir) as con:
+        (tokens,), = con.sql("""
+            SELECT coalesce(sum(len(completion_token_ids)), 0) FROM raw_spans WHERE completion_token_ids IS NOT NULL
+        """).fetchall()
+    return int(tokens)
 
 
 def mean_rewards_by_split(data_dir: Path) -> dict[str, float]:
     """Mean episode reward per split, read back from the captured reward spans: an episode's reward is the
     sum of the rewards it emitted (an execution match and a partial credit are one episode's, not two)."""
-    query = f"""
-        SELECT split, avg(reward) AS mean_reward FROM (
-            SELECT split, episode_id, sum(reward_value) AS reward
-            FROM read_parquet('{data_dir}/spans/**/*.parquet', union_by_name = true)
-            WHERE name = '{A.REWARD_SPAN_NAME}' GROUP BY split, episode_id
-        ) GROUP BY split
-    """
-    return {split: float(value) for split, value in duckdb.sql(query).fetchall()}
+    with raw_spans_of(data_dir) as con:
+        rows = con.sql(f"""
+            SELECT split, avg(reward) AS mean_reward FROM (
+                SELECT split, episode_id, sum(reward_value) AS reward
+                FROM raw_spans WHERE name = '{A.REWARD_SPAN_NAME}' GROUP BY split, episode_id
+            ) GROUP BY split
+        """).fetchall()
+    return {split: float(value) for split, value in rows}
 
 
 def format_replay_samples(

@@ -45,7 +45,7 @@ from typing import Any
 
 
 from tracerl.orchestration.phases import PhaseClock
-from tracerl.pipeline.dataset_folder import MANIFEST
+from tracerl.pipeline.build_output import MANIFEST
 from tracerl.schemas.dataset_folder import DatasetFolder, episodes_of, index_of, transition_files
 from tracerl.schemas import attributes as A
 from tracerl.core.storage import fsync_dir, write_atomic
@@ -240,7 +240,8 @@ def policy_round(config: RoundConfig, state: StateFolder, policy: str | None, on
         with clock("build" if policy is None else "plan"):
             if policy is None:
                 build_dataset(config.spans, state.dataset, on_analysis=on_analysis, **_build_options(config))
-            files = [f for f in transition_files(state.dataset) if f.name not in registry.claimed_files()]
+            claimed = registry.claimed_files()
+            files = [f for f in transition_files(state.dataset) if f.name not in claimed]
             episodes = episodes_of(index_of(files), policy)
             if len(episodes) < config.min_episodes:
                 summary.status, summary.version, summary.episodes = "idle", None, len(episodes)

@@ -26,6 +26,7 @@ import sys
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 
+from tracerl.schemas import environment as E
 from tracerl.trainer.flash_attn_stand_in import kernels_built
 
 
@@ -54,19 +55,20 @@ def launch_environment(environ: MutableMapping[str, str] | None = None, *, cuda:
     """
     env = os.environ if environ is None else environ
     cuda = cuda_available() if cuda is None else cuda
-    launched = "RANK" in env and "WORLD_SIZE" in env
+    launched = E.RANK_ENV in env and E.WORLD_SIZE_ENV in env
     if launched:
-        local_rank = int(env.get("LOCAL_RANK", env["RANK"]))
-        env.setdefault("MASTER_ADDR", "127.0.0.1")
-        if "MASTER_PORT" not in env:
-            raise RuntimeError("RANK and WORLD_SIZE are set but MASTER_PORT is not: launch with torchrun or deepspeed, which set all three")
+        local_rank = int(env.get(E.LOCAL_RANK_ENV, env[E.RANK_ENV]))
+        env.setdefault(E.MASTER_ADDR_ENV, "127.0.0.1")
+        if E.MASTER_PORT_ENV not in env:
+            raise RuntimeError(f"{E.RANK_ENV} and {E.WORLD_SIZE_ENV} are set but {E.MASTER_PORT_ENV} is not: "
+                               "launch with torchrun or deepspeed, which set all three")
     else:
         local_rank = 0
-        env.update({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": env.get("MASTER_PORT") or "0"})
-    env["LOCAL_RANK"] = str(local_rank if cuda else -1)
+        env.update({E.RANK_ENV: "0", E.WORLD_SIZE_ENV: "1", E.MASTER_ADDR_ENV: "127.0.0.1", E.MASTER_PORT_ENV: env.get(E.MASTER_PORT_ENV) or "0"})
+    env[E.LOCAL_RANK_ENV] = str(local_rank if cuda else -1)
     return LaunchEnvironment(
-        rank=int(env["RANK"]), world_size=int(env["WORLD_SIZE"]), local_rank=local_rank if cuda else -1,
-        master_addr=env["MASTER_ADDR"], master_port=int(env["MASTER_PORT"]), launched=launched,
+        rank=int(env[E.RANK_ENV]), world_size=int(env[E.WORLD_SIZE_ENV]), local_rank=local_rank if cuda else -1,
+        master_addr=env[E.MASTER_ADDR_ENV], master_port=int(env[E.MASTER_PORT_ENV]), launched=launched,
     )
 
 

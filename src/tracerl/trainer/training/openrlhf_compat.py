@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import types
 
+from tracerl.schemas import environment as E
 from tracerl.trainer.training.device import cuda_available
 
 CPU_DTYPE = "fp32"
@@ -57,7 +58,7 @@ def _barrier() -> None:
 def import_openrlhf() -> types.SimpleNamespace:
     """OpenRLHF's pieces this backend uses, imported with the CPU fixes above in place."""
     if not cuda_available():
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        os.environ.setdefault(E.DS_ACCELERATOR_ENV, "cpu")
     try:
         import deepspeed
         import openrlhf.utils.deepspeed.deepspeed as strategy_module

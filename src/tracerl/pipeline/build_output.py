@@ -1,5 +1,7 @@
-"""The writer's side of the dataset folder (:mod:`tracerl.schemas.dataset_folder` is the folder every
-reader uses): the manifest written whole, the watermark of incremental builds, exports beside it.
+"""The build's side of its output folder (:mod:`tracerl.schemas.dataset_folder` is the folder every
+reader uses): what an earlier build left there (the episodes it processed: the watermark of
+incremental builds; the files and exports a full build replaces), the manifest written whole,
+where the exports go beside it.
 
 ::
 
@@ -14,7 +16,7 @@ hidden folders included, so nothing else there may be Parquet (the exports hold 
 they sit beside OUT); ``pyarrow.dataset.dataset(OUT)`` (and pandas, ``pq.read_table``)
 reads every file not starting with ``.`` or ``_`` and ``datasets.load_dataset("parquet",
 data_dir=OUT)`` every file not starting with ``.``, whatever its extension, so the
-manifest is a dot-file. ``tests/pipeline/test_dataset_folder.py`` checks all three.
+manifest is a dot-file. ``tests/pipeline/test_build_output.py`` checks all three.
 
 The watermark of incremental builds is the dataset itself: an episode is processed once
 its transitions are in ``transitions-*.parquet``, so there is no state to keep in step

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tracerl.pipeline import build_dataset, dataset_table
-from tracerl.pipeline.dataset_folder import MANIFEST, export_folder, transition_files
+from tracerl.pipeline.build_output import MANIFEST, export_folder, transition_files
 from tracerl.schemas import DATASET_SCHEMA
 from tracerl_testing.span_builders import chat_episode, write_spans
 
