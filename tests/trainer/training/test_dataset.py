@@ -58,7 +58,7 @@ def test_samples_come_in_the_same_order_whatever_order_the_rows_were_written_in(
     pq.write_table(table.take(list(reversed(range(table.num_rows)))), file)
     after, _ = read_dataset(dataset)
     assert table.column("episode_id").to_pylist() != pq.read_table(file).column("episode_id").to_pylist()
-    assert after == before
+    assert list(after) == list(before)
 
 
 def test_a_dataset_of_another_schema_version_is_refused_saying_what_to_run(dataset, spans_dir):
@@ -129,3 +129,31 @@ def test_a_dataset_whose_every_row_is_too_stale_says_so_apart_from_other_empty_d
     with pytest.raises(StaleDatasetError, match="every row is more than 2 policy versions old"):
         read_dataset(tmp_path / "ds", max_policy_lag=2, policy_version=10)  # the rows say version 0
     assert len(read_dataset(tmp_path / "ds", max_policy_lag=2, policy_version=2)[0]) == 2
+
+
+def test_content_order_compares_ids_as_lists_do(tmp_path, write_dataset):
+    """Rows are sorted as Arrow columns, by each list's ids element by element (a prefix first), then advantage
+    and policy version: the order Python's sort of the rows' lists gives."""
+    import random
+
+    rng = random.Random(0)
+    rows = []
+    for _ in range(60):
+        prompt = [rng.choice([0, 1, 255, 256, 70_000, 2**31 - 1]) for _ in range(rng.randrange(1, 4))]
+        rows.append({"prompt_token_ids": prompt, "response_token_ids": [rng.randrange(3)], "response_logprobs": None,
+                     "advantage": rng.choice([-1.0, 0.5, 1.0]), "policy_version": rng.choice([None, 0, 2])})
+    samples, _ = read_dataset(write_dataset(tmp_path / "ds", rows))
+    key = lambda r: (r["prompt_token_ids"], r["response_token_ids"], r["advantage"], -1 if r["policy_version"] is None else r["policy_version"])  # noqa: E731
+    assert [(s.prompt_token_ids, s.response_token_ids, s.advantage, s.policy_version) for s in samples] == [
+        (r["prompt_token_ids"], r["response_token_ids"], r["advantage"], r["policy_version"]) for r in sorted(rows, key=key)]
+
+
+def test_a_mask_not_as_long_as_its_response_is_named(tmp_path, write_dataset):
+    row = {"prompt_token_ids": [1], "response_token_ids": [2, 3], "response_logprobs": None, "advantage": 1.0, "response_mask": [1]}
+    with pytest.raises(DatasetError, match="1 row\\(s\\) have a response_mask not as long as their response \\(1 values for 2 tokens\\)"):
+        read_dataset(write_dataset(tmp_path / "ds", [row]))
+
+
+def test_a_policy_with_no_rows_is_named(dataset):
+    with pytest.raises(EmptyDatasetError, match="holds no usable transition of policy 'nobody'"):
+        read_dataset(dataset, policy="nobody")

@@ -12,8 +12,7 @@ import pytest
 import torch
 
 from tracerl.trainer.training.config import TrainConfig
-from tracerl.trainer.training.dataset import read_dataset
-from tracerl.trainer.training.dataset import Sample
+from tracerl.trainer.training.dataset import Sample, read_dataset
 from tracerl.trainer.training.logprobs import token_logprobs
 from tracerl.trainer.training.torch_backend import TRAINER_STATE_FILE, PolicyTrainer
 
@@ -81,12 +80,13 @@ def test_a_token_budget_cuts_micro_batches_by_padded_tokens_and_gives_the_same_u
     batch = [Sample(prompt_token_ids=p, response_token_ids=[40, 41], advantage=a) for p, a in [(short, 1.0), (long, -1.0), (short, 0.5), (long, -0.5)]] * 2
     whole = PolicyTrainer(tiny_checkpoint, replace(config, micro_batch_tokens=10_000))
     budgeted = PolicyTrainer(tiny_checkpoint, replace(config, micro_batch_tokens=64))
-    micros = budgeted._micro_batches(range(len(batch)), batch)
+    lengths = [len(s.prompt_token_ids) + len(s.response_token_ids) for s in batch]
+    micros = budgeted._micro_batches(range(len(batch)), lengths)
     assert [len(m) for m in micros] == [2, 2, 2, 2]  # a long row is 32 tokens wide: two rows fill 64
-    assert all(len(m) * max(len(batch[i].prompt_token_ids) + 2 for i in m) <= 64 for m in micros)
-    assert budgeted._micro_batches([0, 2, 4, 6], batch) == [(0, 2, 4, 6)]  # four short rows of 6 tokens: one pass
-    assert PolicyTrainer(tiny_checkpoint, replace(config, micro_batch_tokens=20))._micro_batches([1, 3], batch) == [(1,), (3,)]
-    assert PolicyTrainer(tiny_checkpoint, replace(config, micro_batch_tokens=64, micro_batch_size=1))._micro_batches([0, 2], batch) == [(0,), (2,)]
+    assert all(len(m) * max(lengths[i] for i in m) <= 64 for m in micros)
+    assert budgeted._micro_batches([0, 2, 4, 6], lengths) == [(0, 2, 4, 6)]  # four short rows of 6 tokens: one pass
+    assert PolicyTrainer(tiny_checkpoint, replace(config, micro_batch_tokens=20))._micro_batches([1, 3], lengths) == [(1,), (3,)]
+    assert PolicyTrainer(tiny_checkpoint, replace(config, micro_batch_tokens=64, micro_batch_size=1))._micro_batches([0, 2], lengths) == [(0,), (2,)]
     whole.train(batch)
     budgeted.train(batch)
     for a, b in zip(budgeted.model.parameters(), whole.model.parameters()):
@@ -134,9 +134,9 @@ def test_each_micro_batch_is_collated_once(tiny_checkpoint, tmp_path, write_data
 
     laid_out = []
 
-    def counted(samples, pad_id):
-        laid_out.append(len(samples))
-        return batch.collate(samples, pad_id)
+    def counted(samples, rows, pad_id):
+        laid_out.append(len(rows))
+        return batch.collate(samples, rows, pad_id)
 
     monkeypatch.setattr(backend, "collate", counted)
     prompt = [10, 11, 12]

@@ -36,13 +36,14 @@ import os
 import random
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from itertools import groupby
 from pathlib import Path
 
 import duckdb
+import numpy as np
 
 from tracerl.instrumentation.agent_env import POLICY_MODEL_NAME
 from tracerl.schemas import attributes as A
@@ -296,7 +297,7 @@ def format_replay_samples(
     return supervised_samples(trainer.tokenizer, kept)
 
 
-def rewarded_outputs(samples: list[Sample]) -> list[Sample]:
+def rewarded_outputs(samples: Sequence[Sample]) -> list[Sample]:
     """A round's calls whose episode did better than its group (advantage > 0), as supervised samples:
     what ``--replay`` keeps of a real model's own outputs."""
     return [replace(s, target_only=True, response_logprobs=None) for s in samples if s.advantage > 0 and not s.target_only]
@@ -524,7 +525,7 @@ def train_and_publish(
             return skip(str(exc))
         dropped = 0
         if cfg.drop_zero_advantage:  # their policy-gradient term is 0: a forward and backward pass for nothing
-            kept_samples = [s for s in samples if s.advantage != 0]
+            kept_samples = samples.take(np.flatnonzero(samples.advantage != 0))  # still columns
             dropped = len(samples) - len(kept_samples)
             if not kept_samples:
                 return {**skip(f"every one of the {dropped} samples has advantage 0 (no group's episodes differed)"), "zero_advantage_dropped": dropped}

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import torch
 
-from tracerl.trainer.training.batch import collate, minibatch_order, response_columns, response_span, served_logprob_gap
+from tracerl.trainer.training.batch import ResponseLogprobs, collate, minibatch_order, served_logprob_gap
 from tracerl.trainer.training.config import DEFAULT_MICRO_BATCH_TOKENS, TrainConfig, default_learning_rate
-from tracerl.trainer.training.dataset import Sample
 from tracerl.trainer.training.device import peak_memory_bytes
 from tracerl.trainer.training.logprobs import token_logprobs
 from tracerl.trainer.training.objective import ObjectiveSums, policy_loss
+from tracerl.trainer.training.samples import Sample, SampleColumns
 
 
 @dataclass
@@ -154,9 +154,10 @@ class PolicyGradientTrainer(ABC):
     def micro_batch_tokens(self) -> int:
         return self.config.micro_batch_tokens or DEFAULT_MICRO_BATCH_TOKENS.get(self.device.type, DEFAULT_MICRO_BATCH_TOKENS["cuda"])
 
-    def _micro_batches(self, indices: Sequence[int], samples: Sequence[Sample]) -> list[tuple[int, ...]]:
+    def _micro_batches(self, indices: Sequence[int], lengths: Sequence[int]) -> list[tuple[int, ...]]:
         """``indices`` cut into micro-batches, in order: at most ``micro_batch_size`` samples and ``micro_batch_tokens``
         padded tokens each (a row of the batch is as wide as its longest; a sample longer than the budget goes alone).
+        ``lengths``: each sample's tokens, prompt and response.
 
         The token budget is what bounds a forward and backward pass's memory; a count of samples
         alone does not (SmolLM2 at 16 samples of agent prompts was OOM-killed at 20 GB on CPU).
@@ -166,7 +167,7 @@ class PolicyGradientTrainer(ABC):
         current: list[int] = []
         width = 0
         for i in indices:
-            length = len(samples[i].prompt_token_ids) + len(samples[i].response_token_ids)
+            length = lengths[i]
             if current and (len(current) >= size or (len(current) + 1) * max(width, length) > budget):
                 micros.append(tuple(current))
                 current, width = [], 0
@@ -179,37 +180,37 @@ class PolicyGradientTrainer(ABC):
     def _to_device(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {key: value.to(self.device) for key, value in data.items()}
 
-    def _collated(self, samples: Sequence[Sample], micro: tuple[int, ...]) -> dict[str, torch.Tensor]:
-        return self._to_device(collate([samples[i] for i in micro], self.pad_id))
+    def _collated(self, samples: SampleColumns, micro: tuple[int, ...]) -> dict[str, torch.Tensor]:
+        return self._to_device(collate(samples, micro, self.pad_id))
 
     def _response_logprobs(
-        self, samples: Sequence[Sample], micros: Sequence[tuple[int, ...]], model: torch.nn.Module | None = None, keep: frozenset = frozenset(),
-    ) -> tuple[list[list[float] | None], dict[tuple[int, ...], dict[str, torch.Tensor]]]:
-        """Each sample's response-token log-probs under the current weights (or ``model``'s), a forward pass per
-        micro-batch of ``micros``; with the collated tensors of the micro-batches in ``keep``, for their training pass."""
-        out: list[list[float] | None] = [None] * len(samples)
+        self, samples: SampleColumns, micros: Sequence[tuple[int, ...]], model: torch.nn.Module | None = None, keep: frozenset = frozenset(),
+    ) -> tuple[ResponseLogprobs, dict[tuple[int, ...], dict[str, torch.Tensor]]]:
+        """The response-token log-probs of the samples of ``micros`` under the current weights (or ``model``'s), a
+        forward pass per micro-batch; with the collated tensors of the micro-batches in ``keep``, for their training pass."""
+        out = ResponseLogprobs(samples, self.device)
         kept: dict[tuple[int, ...], dict[str, torch.Tensor]] = {}
         with torch.no_grad():
             for micro in micros:
                 data = self._collated(samples, micro)
-                logprobs = self._logprobs(data, model=model).float().cpu()
-                for row, i in enumerate(micro):
-                    out[i] = logprobs[row, slice(*response_span(samples[i]))].tolist()
+                out.store(micro, data, self._logprobs(data, model=model))
                 if micro in keep:
                     kept[micro] = data
         return out, kept
 
     def action_logprobs(self, samples: Sequence[Sample], model: torch.nn.Module | None = None) -> list[list[float]]:
         """Each sample's response-token log-probs under the current weights (or ``model``'s), in micro-batches."""
-        return self._response_logprobs(samples, self._micro_batches(range(len(samples)), samples), model)[0]  # type: ignore[return-value]
+        columns = SampleColumns.from_samples(samples)
+        micros = self._micro_batches(range(len(columns)), columns.lengths.tolist())
+        return self._response_logprobs(columns, micros, model)[0].per_sample()
 
-    def _epoch_layouts(self, samples: Sequence[Sample], epochs: int) -> list[list[tuple[int, list[tuple[int, ...]]]]]:
+    def _epoch_layouts(self, lengths: Sequence[int], epochs: int) -> list[list[tuple[int, list[tuple[int, ...]]]]]:
         """Per epoch, its minibatches in the seeded order: each one's size and this process's micro-batches of it
-        (a tail too short to give every process a sample is left out)."""
+        (a tail too short to give every process a sample is left out). ``lengths``: each sample's tokens."""
         layouts = []
         for _ in range(epochs):
-            order = minibatch_order(len(samples), self.config.minibatch_size, self._generator)
-            layouts.append([(len(indices), self._micro_batches(indices[self.rank :: self.world_size], samples))
+            order = minibatch_order(len(lengths), self.config.minibatch_size, self._generator)
+            layouts.append([(len(indices), self._micro_batches(indices[self.rank :: self.world_size], lengths))
                             for indices in order if len(indices) >= self.world_size])
         return layouts
 
@@ -217,6 +218,9 @@ class PolicyGradientTrainer(ABC):
         self, samples: Sequence[Sample], *, epochs: int | None = None, progress: Callable[[int, int], None] | None = None
     ) -> TrainMetrics:
         """Clipped policy-gradient steps (NLL for ``target_only`` rows) over ``samples``; see objective.py.
+
+        ``samples`` as :func:`~tracerl.trainer.training.dataset.read_dataset` gives them are trained on as they are
+        (columns); a list of :class:`Sample` is packed into columns first.
 
         The proximal policy's log-probs (the round's starting weights) are computed on the first
         epoch's own micro-batches, whose collated tensors that epoch then trains on: a micro-batch is
@@ -230,19 +234,21 @@ class PolicyGradientTrainer(ABC):
         began = time.perf_counter()
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-        layouts = self._epoch_layouts(samples, epochs)
+        samples = SampleColumns.from_samples(samples)
+        lengths = samples.lengths.tolist()
+        layouts = self._epoch_layouts(lengths, epochs)
         first = [micro for _, micros in layouts[0] for micro in micros] if layouts else []
         covered = {i for micro in first for i in micro}
-        others = self._micro_batches([i for i in range(len(samples)) if i not in covered], samples)
+        others = self._micro_batches([i for i in range(len(samples)) if i not in covered], lengths)
         on_start_weights = set(layouts[0][0][1]) if layouts and layouts[0] and not has_dropout(self.policy) else set()
         self._set_training(False)
-        # the proximal policy PPO clips against; None for the first minibatch's samples, filled by their training pass
+        # the proximal policy PPO clips against; the first minibatch's samples are filled in by their training pass
         start_logprobs, collated = self._response_logprobs(
             samples, [m for m in first + others if m not in on_start_weights], keep=frozenset(first) - on_start_weights)
         self._set_training(True)
         metrics = TrainMetrics(
-            samples=len(samples), missing_logprobs=sum(s.response_logprobs is None for s in samples), learning_rate=self.learning_rate,  # type: ignore[arg-type]
-            trained_tokens=sum(len(s.prompt_token_ids) + len(s.response_token_ids) for s in samples),
+            samples=len(samples), missing_logprobs=int((~samples.has_served).sum()), learning_rate=self.learning_rate,
+            trained_tokens=sum(lengths),
             micro_batch_size=self.micro_batch_size, world_size=self.world_size,
         )
         total_steps = sum(len(layout) for layout in layouts)
@@ -273,35 +279,30 @@ class PolicyGradientTrainer(ABC):
             metrics.is_filtered_fraction, metrics.entropy = step_means["filtered"] / n, step_means["entropy"] / n
             if self._extra_loss_enabled:
                 metrics.reference_kl = step_means["reference_kl"] / n
-        metrics.served_logprob_gap = served_logprob_gap(samples, start_logprobs)  # type: ignore[arg-type]
+        metrics.served_logprob_gap = served_logprob_gap(samples, start_logprobs)
         metrics.seconds = round(time.perf_counter() - began, 3)
         metrics.tokens_per_second = round(seen_tokens / metrics.seconds, 1) if metrics.seconds else 0.0
         metrics.peak_memory_bytes = peak_memory_bytes(self.device)
         return metrics
 
     def _accumulate(
-        self, samples: Sequence[Sample], micros: list[tuple[int, ...]], start: list[list[float] | None], minibatch_samples: int,
+        self, samples: SampleColumns, micros: list[tuple[int, ...]], start: ResponseLogprobs, minibatch_samples: int,
         collated: dict[tuple[int, ...], dict[str, torch.Tensor]],
     ) -> tuple[ObjectiveSums, float, float, int]:
         """Forward and backward over a minibatch's ``micros`` (this process's); gradients add up to the minibatch's.
         A micro-batch collated for the start log-probs is taken from ``collated`` (and dropped from it); one
-        whose start log-probs are still None is on the starting weights, and its forward gives them."""
+        whose start log-probs are not stored yet is on the starting weights, and its forward gives them."""
         cfg = self.config
         sums, loss_sum, reference_sum, processed = ObjectiveSums(), 0.0, 0.0, 0
         for indices in micros:
             data = collated.pop(indices, None) or self._collated(samples, indices)
-            micro = [samples[i] for i in indices]
             logprobs, entropy = self._logprobs(data, with_entropy=True)
-            if start[indices[0]] is None:
-                on_start = logprobs.detach().float().cpu()
-                for row, i in enumerate(indices):
-                    start[i] = on_start[row, slice(*response_span(samples[i]))].tolist()
-            old = response_columns(micro, [start[i] for i in indices], data["ids"].shape[1]).to(self.device)
+            if not start.known[indices[0]]:
+                start.store(indices, data, logprobs)
+            old = start.columns(data)
             rollout = torch.where(data["has_served"].unsqueeze(1), data["served_logprobs"], old)
-            advantages = torch.tensor([s.advantage for s in micro], device=self.device, dtype=torch.float32)
-            supervised = torch.tensor([s.target_only for s in micro], device=self.device)
             loss, micro_sums = policy_loss(
-                logprobs, old, rollout, advantages, data["action_mask"], supervised, clip_epsilon=cfg.clip_epsilon,
+                logprobs, old, rollout, data["advantages"], data["action_mask"], data["target_only"], clip_epsilon=cfg.clip_epsilon,
                 is_bounds=tuple(cfg.is_bounds), minibatch_samples=minibatch_samples, world_size=self.world_size, entropy=entropy.detach(),
             )
             extra = self._extra_loss(data, logprobs, minibatch_samples)
