@@ -139,6 +139,27 @@ def test_without_llamas_q_k_permutation_the_read_back_check_refuses_the_file(lla
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_write_that_fails_for_space_says_so_and_leaves_no_half_written_file(llama: Path, tmp_path: Path):
+    """The operating system refuses the write (a file-size limit: what a full disk or a quota does to a writer) in
+    the real command's process: the error names the file and what to do, and the folder holds nothing of it."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    def small_files_only() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing the process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+
+    out = tmp_path / "out" / "m.gguf"
+    done = subprocess.run([sys.executable, "-m", "tracerl", "model", "to-gguf", str(llama), str(out)], capture_output=True,
+                          text=True, timeout=300, preexec_fn=small_files_only)
+    assert done.returncode == 2, done.stderr[-2000:]
+    text = " ".join((done.stdout + done.stderr).split())
+    assert "writing the GGUF failed (" in text and "nothing was written: make room in" in text, text[-2000:]
+    assert list(out.parent.iterdir()) == []
+
+
 def test_an_architecture_the_writer_cannot_map_is_named_with_what_is_supported(tmp_path: Path):
     folder = tmp_path / "gpt2"
     folder.mkdir()

@@ -396,7 +396,11 @@ def export_gguf(
             merged = {k: v for k, v in asdict(done).items() if k != "path"}
             source = done.path
         partial = Path(scratch) / f"{out.stem}.gguf"
-        architecture, count, pre = write_gguf(source, partial, qtype, name=out.stem)
+        try:
+            architecture, count, pre = write_gguf(source, partial, qtype, name=out.stem)
+        except OSError as exc:  # a full disk, a quota: the scratch folder goes, nothing is left half-written
+            raise ToGgufError(f"{out}: writing the GGUF failed ({exc.strerror or exc}); nothing was written: make room in "
+                              f"{out.parent} (the file takes about as much as the folder's weights at {qtype}) and run again") from None
         gap, scale = _check(source, partial, qtype)
         bound = MAX_LOGIT_GAP[qtype] * scale
         if gap > bound:
