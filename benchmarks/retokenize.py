@@ -8,7 +8,7 @@ rebuilds each row's ids from its messages with the policy's tokenizer exactly as
 ``build-dataset --retokenize`` does, and compares:
 
 - *prompt equal*: the rebuilt prompt ids are the served ones, token for token;
-- *response equal*: the rebuilt response ids (text re-encoded + end-of-sequence) are the sampled ones;
+- *response equal*: the rebuilt response ids (rendered through the chat template as the server did (tool calls in its own form), text re-encoded + end-of-sequence where it cannot be) are the sampled ones;
 - where they differ, how: a different length, or the same length with other tokens
   (the text decodes the same, the split into tokens does not).
 

@@ -113,8 +113,8 @@ def request_messages(messages_json_text: str | None) -> list[dict[str, Any]]:
     """The messages as an OpenAI chat request carried them, which is what a server's chat template was given:
     an assistant's tool calls as ``tool_calls``, each tool result a ``tool`` message with its call's id.
 
-    ``--retokenize`` renders prompts from these; :func:`chat_messages` (tool calls as text) is
-    for readers of conversations.
+    ``--retokenize`` renders prompts and responses from these; :func:`chat_messages` (tool calls as
+    text) is for readers of conversations.
     """
     if not messages_json_text:
         return []
@@ -150,7 +150,8 @@ def chat_messages(messages_json_text: str | None) -> list[dict[str, str]]:
     """``[{role, content}]`` of a dataset's message JSON, whatever layout it came from.
 
     GenAI JSON keeps text in ``parts``; flattened layouts in ``content``. Tool calls are
-    rendered as JSON text so that a chat template sees what the model produced.
+    written as JSON text, for readers (judges, exports): not the markup the model wrote them in,
+    which only its chat template knows (:func:`request_messages` gives them to it).
     """
     if not messages_json_text:
         return []

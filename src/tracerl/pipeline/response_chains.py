@@ -9,6 +9,9 @@ instructions, the earlier call's whole input (without that call's instructions: 
 API does not carry them over) and that call's output, then its own input, turn after turn.
 The token ids need nothing of this: the server's prompt ids hold the earlier turns already.
 A call rebuilt from its messages (``--retokenize``) needs it: its prompt is rendered from them.
+vLLM 0.32 keeps only the earlier response's message items (not its ``function_call`` items) when
+it resolves ``previous_response_id``, so a chained call's input messages made whole here can hold
+a tool call its prompt ids lack; the ids are what the model saw.
 
 The earlier call is looked for among the episode's transitions (a chain is one agent's
 conversation within one episode). When it is not there (another episode's, or a call that is

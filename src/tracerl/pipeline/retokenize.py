@@ -11,11 +11,19 @@ happens on the demo agent.
 
 With ``--retokenize`` the prompt is the policy tokenizer's chat template over the input
 messages and the tool definitions the call sent (``gen_ai.tool.definitions``, given back to
-the template in OpenAI's shape, as the server got them;
-:func:`tracerl.core.chat_template.template_prompt_ids`, the server's own way) and
-the response is the encoded text of the output messages followed by the tokenizer's
-end-of-sequence token (a server that stops on it returns it as the last sampled token),
-unless the output message says it was cut at the token limit (``finish_reason: length``).
+the template in OpenAI's shape), tool-call arguments parsed into mappings: the server's own way
+(:func:`tracerl.core.chat_template.template_prompt_ids`; vLLM and ``tracerl serve`` parse them
+before the template sees them). The response is the same template's rendering of the output as
+one more assistant message, its tool calls as ``tool_calls``, less the prompt's rendering in
+front, up to the end-of-sequence token that closes the turn: for a tool call that is the markup
+the template teaches the model and the server's tool parser reads (hermes' ``<tool_call>``
+block), not the text the call was recorded as. The end-of-sequence token stays (a server that
+stops on it returns it as the last sampled token) unless the output message says it was cut at
+the token limit (``finish_reason: length``). Where the template cannot give the response that
+way (the prompt's rendering is not the start of the whole one, no end-of-sequence token follows
+it, the output calls tools and the template has no ``tool_calls``, or the template rejects the
+conversation), the response is the output's text encoded alone, tool calls as JSON text, with the
+end-of-sequence token on the same terms.
 Every such row says ``token_source = 'retokenized'`` and has no log-probs; the trainer
 treats it like any row sampled without log-probs.
 """
@@ -57,6 +65,35 @@ def _finish_reason(output_messages: str | None) -> str | None:
     return last.get(A.GEN_AI_FINISH_REASON) if isinstance(last, dict) else None
 
 
+def _template_message(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` as a server gives it to the chat template: tool-call arguments parsed into a mapping.
+
+    HF templates write arguments with ``tojson``; a JSON string there would come out quoted and
+    escaped. Arguments that are not JSON stay the string they are.
+    """
+    if not message.get("tool_calls"):
+        return message
+    calls = []
+    for call in message["tool_calls"]:
+        function = dict(call.get("function") or {})
+        try:
+            function["arguments"] = json.loads(function.get("arguments") or "{}")
+        except (json.JSONDecodeError, TypeError):
+            pass
+        calls.append({**call, "function": function})
+    return {**message, "tool_calls": calls}
+
+
+def _answer(output_messages: str | None) -> dict[str, Any] | None:
+    """The call's output as one assistant message for the chat template (text and tool calls); None when it holds neither."""
+    said = [m for m in request_messages(output_messages) if m["role"] == "assistant"]
+    content = "".join(m["content"] for m in said)
+    calls = [call for m in said for call in m.get("tool_calls") or []]
+    if not content and not calls:
+        return None
+    return _template_message({"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})})
+
+
 class Retokenizer:
     """The policy's tokenizer, and the token ids it gives a call's input and output messages."""
 
@@ -78,19 +115,48 @@ class Retokenizer:
             ) from None
         if not getattr(self.tokenizer, "chat_template", None):
             raise PipelineInputError(f"--retokenize {tokenizer}: the tokenizer has no chat template, so prompts cannot be rebuilt")
+        # tracerl serve's test too: a template without them drops a message's tool calls
+        self._knows_tool_calls = "tool_calls" in str(self.tokenizer.chat_template)
 
     def ids(
         self, input_messages: str | None, output_messages: str | None, tools: list[dict[str, Any]] | None = None,
     ) -> tuple[list[int], list[int]] | None:
         """(prompt ids, response ids) of a call's message JSON (and tools); None when either side is missing or empty."""
-        prompt, output = request_messages(input_messages), chat_messages(output_messages)
-        text = "".join(m["content"] for m in output if m["role"] == "assistant") if output else ""
-        if not prompt or not text:
+        prompt, answer = [_template_message(m) for m in request_messages(input_messages)], _answer(output_messages)
+        if not prompt or answer is None:
             return None
+        prompt_ids = template_prompt_ids(self.tokenizer, prompt, tools=tools)
+        stopped = _finish_reason(output_messages) != "length"
+        response = self._rendered_response(prompt, prompt_ids, answer, tools, stopped)
+        return prompt_ids, response if response is not None else self._text_response(output_messages, stopped)
+
+    def _rendered_response(
+        self, prompt: list[dict[str, Any]], prompt_ids: list[int], answer: dict[str, Any],
+        tools: list[dict[str, Any]] | None, stopped: bool,
+    ) -> list[int] | None:
+        """The chat template's tokens of ``answer`` after ``prompt``, to the end of its turn; None where the template cannot tell."""
+        from jinja2 import TemplateError  # transformers' chat templates need jinja2; the pipeline alone does not
+
+        eos = self.tokenizer.eos_token_id
+        if eos is None or (answer.get("tool_calls") and not self._knows_tool_calls):
+            return None
+        try:
+            whole = template_prompt_ids(self.tokenizer, [*prompt, answer], tools=tools, add_generation_prompt=False)
+        except TemplateError:
+            return None
+        turn = whole[len(prompt_ids):]
+        if whole[:len(prompt_ids)] != prompt_ids or eos not in turn:
+            return None
+        end = turn.index(eos)  # a sampled response holds no eos before its last token
+        return turn[: end + 1] if stopped else turn[:end]
+
+    def _text_response(self, output_messages: str | None, stopped: bool) -> list[int]:
+        """The output's text encoded alone (tool calls as JSON text), then the end-of-sequence token if it stopped."""
+        text = "".join(m["content"] for m in chat_messages(output_messages) if m["role"] == "assistant")
         response = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        if self.tokenizer.eos_token_id is not None and _finish_reason(output_messages) != "length":
+        if self.tokenizer.eos_token_id is not None and stopped:
             response = [*response, self.tokenizer.eos_token_id]
-        return template_prompt_ids(self.tokenizer, prompt, tools=tools), response
+        return response
 
     def fill(self, part: pa.Table) -> pa.Table:
         """``part`` with token ids rebuilt where its span had none, and the ``token_source`` of every row.
