@@ -58,3 +58,11 @@ def test_no_help_line_is_wider_than_80_columns_except_an_option_name():
         if lines:
             wide[" ".join(path)] = lines
     assert wide == {}
+
+
+def test_threads_is_torch_s_threads_wherever_it_is_a_flag():
+    """One flag, one meaning: a build's DuckDB threads are --duckdb-threads (its former --threads is hidden)."""
+    meanings = {" ".join(path): param.help for path, command in every_command() for param in command.params
+                if param.param_type_name == "option" and not param.hidden and "--threads" in param.opts}
+    assert {"tracerl train", "tracerl train run", "tracerl serve", "tracerl demo"} <= set(meanings)
+    assert all("torch threads" in text.lower() for text in meanings.values()), meanings

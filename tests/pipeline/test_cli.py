@@ -94,7 +94,7 @@ EVERY_BUILD_OPTION = [
     "--policy-versions", ">=2", "--rewards", "late.parquet", "--reward-weight", "correctness=0.9", "--no-evaluation-rewards",
     "--evaluation", "toxicity", "--rules", "rules.toml", "--no-default-rules", "--episode-timeout", "60", "--trajectory",
     "--incremental", "--export", "hf", "--export", "sft", "--sft-min-reward", "0.7", "--dpo-min-margin", "0.2", "--retokenize", "model",
-    "--threads", "3", "--memory-limit", "1GB",
+    "--duckdb-threads", "3", "--memory-limit", "1GB",
 ]
 
 
@@ -111,6 +111,15 @@ def test_every_build_option_is_a_flag_of_build_dataset_and_comes_back_into_the_o
     assert unchanged == {"policies"}  # given alone below: it cannot go with --agents
     assert config_from_options(BuildOptions(), parsed("build-dataset", ["--spans", "d", "--out", "o", "--policy", "w=a,b"])).policies == {"w": ("a", "b")}
     assert all(OPTION in f.metadata for f in fields(BuildOptions))  # each knob of a build is a flag
+
+
+def test_the_former_threads_flag_of_a_build_still_sets_duckdb_s_threads_with_a_warning(capsys):
+    """--threads is torch's threads in train, serve and the loop; a build's became --duckdb-threads, and old commands keep working."""
+    params = parsed("build-dataset", ["--spans", "d", "--out", "o", "--threads", "3"])
+    assert config_from_options(BuildOptions(), params).threads == 3
+    assert "warning: --threads is deprecated here: use --duckdb-threads" in capsys.readouterr().err
+    params = parsed("build-dataset", ["--spans", "d", "--out", "o", "--duckdb-threads", "2"])
+    assert config_from_options(BuildOptions(), params).threads == 2 and capsys.readouterr().err == ""
 
 
 def test_doctor_takes_the_selection_options_meaning_what_they_mean_in_a_build():

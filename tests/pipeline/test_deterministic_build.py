@@ -1,4 +1,4 @@
-"""The same spans give the same dataset bit for bit, whatever ``--threads``.
+"""The same spans give the same dataset bit for bit, whatever ``--duckdb-threads``.
 
 DuckDB adds the rows of a parallel aggregate or window aggregate in the order its threads
 reach them, and a float sum's last bit depends on that order: before the sums were ordered,

@@ -1,9 +1,10 @@
 """A config dataclass is its own command line and its own config file: each field declares its option once.
 
 The fields of a config (``BuildOptions``, ``JudgeOptions``, ``LocalConfig``, ``RoundConfig``,
-``VllmOptions``) say their flag, help and bounds in their metadata with :func:`option`, and a
-config file's keys are the field names. So a new field is one line, and its flag, its key and its
-help cannot drift apart (as TRL's ``TrlParser`` makes flags and a config file of dataclasses).
+``TrainConfig``, ``VllmOptions``, the training backends' options) say their flag, help and bounds
+in their metadata with :func:`option`, and a config file's keys are the field names. So a new
+field is one line, and its flag, its key and its help cannot drift apart (as TRL's ``TrlParser``
+makes flags and a config file of dataclasses).
 
 - :func:`option_parameters` turns a config into typer parameters: from an *instance*, whose values
   are the defaults (a recipe's own show in its ``--help``), or from a *class*, where a field
@@ -19,6 +20,8 @@ help cannot drift apart (as TRL's ``TrlParser`` makes flags and a config file of
   names prefixed by the field's (``vllm_dtype``); :func:`nested_options` on the field chooses
   which. :func:`option_of` gives a field the option of another config's field, for one option
   two configs share (``--split`` of a build and of the judge).
+- A flag renamed keeps working: ``option("--duckdb-threads", renamed_from=("--threads",))`` still
+  reads ``--threads``, hidden from ``--help``, and warns on stderr naming the new flag.
 
 Kept free of typer at import: configs below the CLI (the pipeline's, the trainer's, the serving
 side's) declare their options without pulling the command-line library into every process.
@@ -50,6 +53,7 @@ class Option:
     cli_type: Any = None  # the parameter's type when it is not the field's (a dict given as repeated NAME=VALUE strings)
     to_cli: Callable[[Any], Any] | None = None  # the field's value as the option's default
     from_cli: Callable[[Any], Any] | None = None  # the option's value as the field's (a ValueError names what is wrong)
+    renamed_from: tuple[str, ...] = ()  # the flags it had before: still read (hidden), with a warning naming the new one
 
     @property
     def flag(self) -> str:
@@ -63,12 +67,13 @@ class ConfigError(ValueError):
 
 
 def option(*declarations: str, help: str | None = None, cli_type: Any = None, to_cli: Callable[[Any], Any] | None = None,
-           from_cli: Callable[[Any], Any] | None = None, **settings: Any) -> dict[str, Option]:
+           from_cli: Callable[[Any], Any] | None = None, renamed_from: tuple[str, ...] = (), **settings: Any) -> dict[str, Option]:
     """A field's metadata declaring its option: ``field(default=8, metadata=option("--rounds", min=0, help=...))``.
 
     A ``tuple[X, ...]`` field is a repeatable option (``--split a --split b``) unless ``cli_type`` says otherwise.
+    ``renamed_from``: the option's former flags, so that users' commands keep working after a rename.
     """
-    return {OPTION: Option(declarations, help, settings, cli_type, to_cli, from_cli)}
+    return {OPTION: Option(declarations, help, settings, cli_type, to_cli, from_cli, renamed_from)}
 
 
 def option_of(config_type: type, name: str) -> dict[str, Option]:
@@ -103,11 +108,13 @@ def one_of(choices: tuple[str, ...]) -> Callable[[str], str]:
 
 
 def option_parameters(config: Any, prefix: str = "", *, only: Collection[str] | None = None,
-                      overrides: bool = False) -> list[inspect.Parameter]:
+                      overrides: bool = False, help_prefix: str = "") -> list[inspect.Parameter]:
     """Keyword parameters, one ``typer.Option`` per declared field of ``config`` (an instance or a class).
 
     ``only``: these fields alone (a nested config's are chosen by its field's :func:`nested_options`);
-    ``overrides``: every option defaults to None, "not given" (see :func:`given_options`).
+    ``overrides``: every option defaults to None, "not given" (see :func:`given_options`);
+    ``help_prefix``: begins each option's help, where one command takes the options of several configs
+    (``openrlhf: `` before each of that backend's own).
     """
     import typer
 
@@ -115,11 +122,11 @@ def option_parameters(config: Any, prefix: str = "", *, only: Collection[str] | 
     for d in _declared(_type(config), only):
         f, value = d.field, _default(config, d.field)
         if d.nested:
-            parameters += option_parameters(value, f"{prefix}{f.name}_", only=d.only, overrides=overrides)
+            parameters += option_parameters(value, f"{prefix}{f.name}_", only=d.only, overrides=overrides, help_prefix=help_prefix)
             continue
         spec: Option = f.metadata[OPTION]
         cli_type, to_cli, _ = _crossing(spec, d.annotation)
-        help_text = spec.help
+        help_text = help_prefix + spec.help if spec.help else None
         if overrides:  # None: not given; the help names the field's default, which the typer default cannot
             default, cli_type = None, Optional[cli_type]
             shown = None if value is MISSING else _shown(spec, to_cli(value))
@@ -128,7 +135,32 @@ def option_parameters(config: Any, prefix: str = "", *, only: Collection[str] | 
             default = ... if value is MISSING else to_cli(value)  # a field without a default is a required option
         typer_option = typer.Option(default, *spec.declarations, help=help_text, **spec.settings)
         parameters.append(inspect.Parameter(prefix + f.name, inspect.Parameter.KEYWORD_ONLY, default=typer_option, annotation=cli_type))
+        if spec.renamed_from:
+            parameters.append(_former_flags(spec, prefix + f.name, cli_type))
     return parameters
+
+
+_FORMER = "__former_flag"  # the suffix of the parameter that reads an option's former flags
+
+
+def _former_flags(spec: Option, name: str, cli_type: Any) -> inspect.Parameter:
+    """A hidden parameter reading ``spec``'s former flags, warning when one is given: :func:`_received` takes its value."""
+    import typer
+
+    def warn(value: Any) -> Any:
+        if value not in (None, [], ()):
+            typer.echo(f"warning: {'/'.join(spec.renamed_from)} is deprecated here: use {spec.flag}", err=True)
+        return value
+
+    bounds = {key: spec.settings[key] for key in ("min", "max") if key in spec.settings}
+    typer_option = typer.Option(None, *spec.renamed_from, hidden=True, callback=warn, **bounds)
+    return inspect.Parameter(name + _FORMER, inspect.Parameter.KEYWORD_ONLY, default=typer_option, annotation=Optional[cli_type])
+
+
+def _received(values: Mapping[str, Any], name: str, absent: Any = None) -> Any:
+    """What a command received for option ``name``: by a former flag where one was given, else by its own (``absent``: none)."""
+    former = values.get(name + _FORMER)
+    return former if former not in (None, [], ()) else values.get(name, absent)
 
 
 def with_options(config: Any, *, only: Collection[str] | None = None, overrides: bool = False) -> Callable[[Callable], Callable]:
@@ -152,8 +184,8 @@ def config_from_options(config: Any, values: dict[str, Any], prefix: str = "") -
         f = d.field
         if d.nested:
             changes[f.name] = config_from_options(_default(config, f), values, f"{prefix}{f.name}_")
-        elif prefix + f.name in values:
-            changes[f.name] = _from_cli(f.metadata[OPTION], d.annotation, values[prefix + f.name])
+        elif (value := _received(values, prefix + f.name, MISSING)) is not MISSING:
+            changes[f.name] = _from_cli(f.metadata[OPTION], d.annotation, value)
     return replace(config, **changes) if not isinstance(config, type) else config(**changes)
 
 
@@ -167,8 +199,8 @@ def given_options(config_type: type, values: dict[str, Any], prefix: str = "") -
         if d.nested:
             if inner := given_options(d.annotation, values, f"{prefix}{f.name}_"):
                 table[key] = inner
-        elif values.get(prefix + f.name) not in (None, [], ()):
-            table[key] = _from_cli(f.metadata[OPTION], d.annotation, values[prefix + f.name])
+        elif (value := _received(values, prefix + f.name)) not in (None, [], ()):
+            table[key] = _from_cli(f.metadata[OPTION], d.annotation, value)
     return table
 
 

@@ -18,7 +18,7 @@ statistics count each episode once, whatever its number of calls, so long episod
 outweigh short ones in the baseline.
 
 Every float sum is taken in a fixed order, so the same spans give the same rewards, returns
-and advantages bit for bit, whatever ``--threads`` (``tests/pipeline/test_deterministic_build.py``):
+and advantages bit for bit, whatever ``--duckdb-threads`` (``tests/pipeline/test_deterministic_build.py``):
 without one, DuckDB adds a parallel aggregate's or window aggregate's rows in the order its
 threads reach them, and the last bit of a float sum follows that order (about 60% of GRPO's
 advantages differed between two builds on 2 threads). ``sum(x ORDER BY key)`` is DuckDB's

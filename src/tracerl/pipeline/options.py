@@ -176,7 +176,10 @@ class BuildOptions:
         "--retokenize", metavar="TOKENIZER",
         help="The policy's model folder: calls captured without token ids (other instrumentations) get ids rebuilt from their "
              "messages, marked token_source=retokenized. Off by default: rebuilt ids can differ from those sampled."))
-    threads: int | None = field(default=None, metadata=option("--threads", help="DuckDB threads (default: all cores)."))
+    # --threads until it meant torch's threads in train, serve and the loop: kept, with a warning, for old commands
+    threads: int | None = field(default=None, metadata=option(
+        "--duckdb-threads", renamed_from=("--threads",),
+        help="DuckDB threads (default: all cores). Formerly --threads, which is torch's threads in train, serve and the loop."))
     # DuckDB's share: a build holds about this plus 0.3 GB (src/tracerl/pipeline/README.md)
     memory_limit: str = field(default="2GB", metadata=option(
         "--memory-limit", help="DuckDB memory limit; beyond it DuckDB spills to disk (with --engine ray: each bucket's)."))

@@ -96,6 +96,7 @@ def test_policies_are_the_build_s_whether_a_table_of_the_file_or_flags(tmp_path,
     ("keep_checkpoints = -1", "round.toml: keep_checkpoints must be at least 0, got -1"),
     ("[openrlhf]\nzero_stage = 4", "round.toml [openrlhf]: zero_stage must be at most 3, got 4"),
     ("[train]\nepochs = 1.5", "round.toml [train]: epochs must be an integer, got 1.5"),
+    ("[train]\nepochs = 0", "round.toml [train]: epochs must be at least 1, got 0"),  # the --epochs bound, declared once
     ("[build]\nagents = 'writer('", "round.toml [build]: --agents 'writer(' is not a valid regular expression"),
     ("[[endpoint]]\nkind = 'vllm'", "round.toml [[endpoint]]: missing url"),
     ("[[endpoint]]\nurl = 'http://x/v1'\nkind = 'triton'", "round.toml: endpoint http://x/v1: unknown kind 'triton'"),

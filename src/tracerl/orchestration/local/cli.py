@@ -73,7 +73,7 @@ def local_command(recipe: AgentRecipe) -> Callable[..., None]:
         out = run_folder(recipe, cfg)
         console.print(f"metrics: {out / 'metrics.jsonl'}   reward curve: {out / 'reward_curve.png'}")
 
-    command.__signature__ = inspect.Signature([*option_parameters(defaults), *training_parameters()])  # type: ignore[attr-defined]
+    command.__signature__ = inspect.Signature([*option_parameters(defaults), *training_parameters(defaults.train)])  # type: ignore[attr-defined]
     command.__doc__ = f"Train {recipe.title}: agent -> spans -> dataset -> training -> refreshed endpoint, round after round."
     return command
 

@@ -93,7 +93,8 @@ class LocalConfig:
         "--drop-zero-advantage/--keep-zero-advantage",
         help="Train only on samples whose advantage is not 0 (a group whose episodes all earned the same teaches nothing, "
              "and its forward and backward passes cost as much as any): DAPO's dynamic sampling, without resampling."))
-    # set by the training options (tracerl.trainer.training.options), shared with `tracerl train`: no options of their own here
+    # set by the training options (tracerl.trainer.training.options: TrainConfig's and the backends' fields, with
+    # --backend), shared with `tracerl train`: taken once by the command, so not nested options here
     backend: str = DEFAULT_BACKEND
     train: TrainConfig = field(default_factory=TrainConfig, metadata=nested_options())
     backend_options: dict[str, Any] = field(default_factory=dict)  # each backend's own options by its name (none: its defaults)

@@ -92,8 +92,8 @@ class RoundConfig:
         "--keep-checkpoints", min=0, help="Newest versions whose weights stay, besides the served and pinned ones (0: all)."))
     # [build]: its --split, --agents and --policy are flags of a round too; the rest is the file's
     build: BuildOptions = field(default_factory=lambda: BuildOptions(incremental=True), metadata=nested_options("splits", "agents", "policies"))
-    # [train] and each backend's table ([openrlhf], by the backend's name: backend_options): their flags are the
-    # training options (tracerl.trainer.training.options)
+    # [train] and each backend's table ([openrlhf], by the backend's name: backend_options): their fields declare
+    # their flags, which the command takes once, with --backend, as the training options (tracerl.trainer.training.options)
     train: TrainConfig = field(default_factory=TrainConfig, metadata=nested_options())
     backend_options: dict[str, Any] = field(default_factory=dict, metadata=not_a_file_key())  # load_config: the backends' tables
     endpoints: tuple[Endpoint, ...] = field(default=(), metadata=file_key("endpoint"))  # [[endpoint]]; --endpoint

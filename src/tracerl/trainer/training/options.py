@@ -1,103 +1,63 @@
-"""The training options every command takes, declared once.
+"""The training options every command takes, declared once, by fields.
 
 ``tracerl train``, ``tracerl train run`` / ``train loop``, ``tracerl demo`` and each
-``python -m examples.X.train`` take them (:func:`with_training_options`, or :func:`training_parameters` in a signature built from a config): the same
-``--backend``, ``--lr``, ``--micro-batch-size``, ``--lora-rank``, ... with the same help, and
-the command receives a :class:`TrainingOverrides` holding what the user gave. Each command
-applies it over its own defaults (``TrainConfig()``, a round's TOML ``[train]`` and backend
-sections, a recipe's ``LocalConfig``), so an option means the same thing everywhere and nothing
-given changes nothing. The options shared by every backend (:class:`TrainConfig`'s) are listed
-here; each backend's own are the fields of its row's options dataclass that declare one
-(:data:`~tracerl.trainer.training.backends.BACKENDS`), so a new backend brings its flags with it.
+``python -m examples.X.train`` take them (:func:`with_training_options`, or :func:`training_parameters` in a
+signature built from a config): the same ``--backend``, ``--lr``, ``--micro-batch-size``, ``--lora-rank``,
+... with the same help, and the command receives a :class:`TrainingOverrides` holding what the user gave.
+Each command applies it over its own defaults (``TrainConfig()``, a round's TOML ``[train]`` and backend
+sections, a recipe's ``LocalConfig``), so an option means the same thing everywhere and nothing given
+changes nothing. The flags are made by :func:`~tracerl.core.dataclass_options.option_parameters` from
+the fields that declare one: :class:`TrainConfig`'s, shared by every backend, and each backend's own, of
+its row's options dataclass (:data:`~tracerl.trainer.training.backends.BACKENDS`), so a new field or a
+new backend brings its flags with it. ``--backend`` alone is declared here: it chooses a row, and is a
+field of no training config.
+
+The configs that nest a ``TrainConfig`` (``RoundConfig.train``, ``LocalConfig.train``) take none of its
+options themselves (``nested_options()``): their commands take them from here, once.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Optional
 
 import typer
 
-from tracerl.core.dataclass_options import OPTION, Option
-from tracerl.trainer.trackers import parse_report_to
-from tracerl.trainer.training.backends import BACKENDS, DEFAULT_BACKEND, UnknownBackend, backend_named
-from tracerl.trainer.training.config import FULL_WEIGHTS_LEARNING_RATE, LORA_LEARNING_RATE, TrainConfig
+from tracerl.core.dataclass_options import OPTION, given_options, option_parameters
+from tracerl.trainer.training.backends import BACKENDS, DEFAULT_BACKEND, Backend, UnknownBackend, backend_named
+from tracerl.trainer.training.config import TrainConfig
 
 _BACKEND_HELP = "; ".join(f"{name}{' (default)' if name == DEFAULT_BACKEND else ''}: {row.help}" for name, row in BACKENDS.items())
-
-# option name -> (TrainConfig field, annotation, typer.Option); every default None: "not given"
-_OPTIONS: dict[str, tuple[str | None, Any, Any]] = {
-    "backend": (None, Optional[str], typer.Option(None, "--backend", help=f"{_BACKEND_HELP}.")),
-    "learning_rate": ("learning_rate", Optional[float], typer.Option(
-        None, "--lr", min=0.0,
-        help=f"Learning rate (default: {FULL_WEIGHTS_LEARNING_RATE:g} for full weights, {LORA_LEARNING_RATE:g} for LoRA; a recipe's tiny model has its own). 0: the same run without learning.")),
-    "epochs": ("epochs", Optional[int], typer.Option(None, "--epochs", min=1, help="Passes over each round's samples.")),
-    "minibatch_size": ("minibatch_size", Optional[int], typer.Option(None, "--minibatch-size", min=1, help="Samples per optimizer step, over all processes.")),
-    "micro_batch_size": ("micro_batch_size", Optional[int], typer.Option(
-        None, "--micro-batch-size", min=1, help="Samples per forward/backward of one process; gradients accumulate to the minibatch (bounds memory).")),
-    "micro_batch_tokens": ("micro_batch_tokens", Optional[int], typer.Option(
-        None, "--micro-batch-tokens", min=1,
-        help="Padded tokens (rows x longest row) per forward/backward, whatever --micro-batch-size says (default: 4096 on CPU, 16384 on CUDA).")),
-    "rollout_temperature": ("rollout_temperature", Optional[float], typer.Option(
-        None, "--rollout-temperature", min=0.0,
-        help="The temperature the training samples were drawn at (default 1): the trainer's log-probs are the tempered policy's, as sampled "
-             "(the local loop sets it from its --temperature).")),
-    "num_threads": ("num_threads", Optional[int], typer.Option(
-        None, "--threads", min=1, help="torch threads while training on CPU (default 1: small models lose to thread hand-offs; a 135M model trains ~2x faster on 2).")),
-    "clip_epsilon": ("clip_epsilon", Optional[float], typer.Option(None, "--clip", min=0.0, help="PPO clip range of the ratio to the round's starting policy.")),
-    "dtype": ("dtype", Optional[str], typer.Option(None, "--dtype", help="bf16, fp16 or fp32 (default: bf16 with CUDA, fp32 without).")),
-    "gradient_checkpointing": ("gradient_checkpointing", Optional[bool], typer.Option(
-        None, "--gradient-checkpointing/--no-gradient-checkpointing", help="Recompute activations in the backward pass (default: on with CUDA).")),
-    "logprob_chunk": ("logprob_chunk", Optional[int], typer.Option(None, "--logprob-chunk", min=1, help="Tokens of a micro-batch whose logits exist at once (bounds the output head's memory).")),
-    "lora_rank": ("lora_rank", Optional[int], typer.Option(None, "--lora-rank", min=0, help="Train a LoRA adapter of this rank instead of the full weights.")),
-    "lora_alpha": ("lora_alpha", Optional[int], typer.Option(None, "--lora-alpha", min=1, help="LoRA scale numerator.")),
-    "report_to": ("report_to", Optional[str], typer.Option(
-        None, "--report-to", metavar="TRACKERS",
-        help="Report each round's metrics, the config and the reward curve to these trackers: comma-separated mlflow, tensorboard, "
-             "trackio, wandb; all (every one installed) or none (the default). pip install 'tracerl[trackers]'.")),
-}
+_BACKEND = inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+                             default=typer.Option(None, "--backend", help=f"{_BACKEND_HELP}."))
 
 
-@dataclass(frozen=True)
-class _BackendOption:
-    """A flag of one backend's own, declared by a field of its options dataclass."""
-
-    backend: str
-    field: str
-    spec: Option
-    annotation: Any  # Optional[...]: the parameter's default is None, "not given"
+def _prefix(row: Backend) -> str:
+    """The start of the parameter names of a backend's own options: two backends' fields never share a parameter."""
+    return f"{row.name}_"
 
 
-def _optional(annotation: Any) -> Any:
-    """``annotation`` without None, as ``Optional[...]``: what typer reads for an option whose default is None."""
-    args = typing.get_args(annotation)
-    if type(None) in args:
-        annotation = next(a for a in args if a is not type(None))
-    return Optional[annotation]
+def training_parameters(defaults: TrainConfig | None = None) -> list[inspect.Parameter]:
+    """The training options as keyword parameters, for a command's ``__signature__``: ``--backend``, one per
+    :class:`TrainConfig` field that declares one, then each backend's own (their help begins with its name).
+
+    Every option defaults to None, "not given"; its help names ``defaults``' value (a recipe's own; None:
+    ``TrainConfig``'s), what the command trains with when the option is not given.
+    """
+    shared = option_parameters(defaults if defaults is not None else TrainConfig, overrides=True)
+    own = [p for row in BACKENDS.values() for p in option_parameters(row.options, _prefix(row), overrides=True, help_prefix=f"{row.name}: ")]
+    return [_BACKEND, *shared, *own]
 
 
-def _backend_options() -> dict[str, _BackendOption]:
-    """Each backend's own flags, keyed ``BACKEND_FIELD`` so that two backends' fields never share a parameter."""
-    found = {}
-    for row in BACKENDS.values():
-        hints = typing.get_type_hints(row.options)
-        for f in fields(row.options):
-            if OPTION in f.metadata:
-                spec: Option = f.metadata[OPTION]
-                found[f"{row.name}_{f.name}"] = _BackendOption(row.name, f.name, spec, _optional(spec.cli_type or hints[f.name]))
-    return found
-
-
-_BACKEND_OPTIONS = _backend_options()
+_PARAMETERS = tuple(p.name for p in training_parameters())
 
 
 @dataclass(frozen=True)
 class TrainingOverrides:
-    """What the user gave on the command line (None: not given)."""
+    """What the user gave on the command line (None: not given), keyed by :func:`training_parameters`' names."""
 
     values: dict[str, Any] = field(default_factory=dict)
 
@@ -117,56 +77,39 @@ class TrainingOverrides:
             row = backend_named(backend)
         except UnknownBackend as exc:
             raise typer.BadParameter(str(exc), param_hint="--backend") from None
-        given = {name: value for name, value in self.values.items() if value is not None and name != "backend"}
-        misplaced = [_BACKEND_OPTIONS[n] for n in given if n in _BACKEND_OPTIONS and _BACKEND_OPTIONS[n].backend != backend]
+        misplaced = {other.name: _flags(other.options, given) for other in BACKENDS.values() if other is not row
+                     if (given := given_options(other.options, self.values, _prefix(other)))}
         if misplaced:
-            owners: dict[str, list[str]] = {}
-            for o in misplaced:
-                owners.setdefault(o.backend, []).append(o.spec.flag)
             said = "; ".join(f"{', '.join(flags)} {'is an option' if len(flags) == 1 else 'are options'} of --backend {owner}"
-                             for owner, flags in owners.items())
+                             for owner, flags in misplaced.items())
             raise typer.BadParameter(f"{said}, not of {backend}", param_hint="--backend")
-        if given.get("dtype") not in (None, "bf16", "fp16", "fp32"):
-            raise typer.BadParameter(f"{given['dtype']!r}: use bf16, fp16 or fp32", param_hint="--dtype")
-        if "report_to" in given:
-            try:
-                given["report_to"] = parse_report_to(given["report_to"])
-            except ValueError as exc:
-                raise typer.BadParameter(str(exc), param_hint="--report-to") from None
-        config = replace(config, **{_OPTIONS[n][0]: v for n, v in given.items() if n in _OPTIONS})
-        own = [(_BACKEND_OPTIONS[n], v) for n, v in given.items() if n in _BACKEND_OPTIONS]
-        changes = {o.field: (o.spec.from_cli(v) if o.spec.from_cli else v) for o, v in own}
+        config = replace(config, **given_options(TrainConfig, self.values))
+        own = given_options(row.options, self.values, _prefix(row))
         try:
-            options = replace(backend_options.get(backend) or row.options(), **changes)
+            options = replace(backend_options.get(backend) or row.options(), **own)
         except ValueError as exc:  # the options' own check (e.g. a KL penalty without its reference model)
-            raise typer.BadParameter(str(exc), param_hint=", ".join(o.spec.flag for o, _ in own) or "--backend") from None
+            raise typer.BadParameter(str(exc), param_hint=", ".join(_flags(row.options, own)) or "--backend") from None
         return backend, config, {**backend_options, backend: options}
 
 
-def training_parameters() -> list[inspect.Parameter]:
-    """The training options as keyword parameters, for a command's ``__signature__``."""
-    shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation) for name, (_, annotation, option) in _OPTIONS.items()]
-    own = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=o.annotation,
-                             default=typer.Option(None, *o.spec.declarations, help=f"{o.backend}: {o.spec.help}", **o.spec.settings))
-           for name, o in _BACKEND_OPTIONS.items()]
-    return [*shared, *own]
+def _flags(options_type: type, given: Mapping[str, Any]) -> list[str]:
+    """The flags of the options ``given`` (by field name) of ``options_type``, as messages name them."""
+    return [f.metadata[OPTION].flag for f in fields(options_type) if f.name in given]
 
 
 def pop_training_overrides(kwargs: dict[str, Any]) -> TrainingOverrides:
     """Take the training options out of a command's keyword arguments."""
-    return TrainingOverrides({name: kwargs.pop(name, None) for name in (*_OPTIONS, *_BACKEND_OPTIONS)})
+    return TrainingOverrides({name: kwargs.pop(name, None) for name in _PARAMETERS})
 
 
 def with_training_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Give ``command`` (which takes ``training: TrainingOverrides``) every training option."""
     signature = inspect.signature(command)
     own = [p for p in signature.parameters.values() if p.name != "training"]
-    shared = training_parameters()
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        training = pop_training_overrides(kwargs)
-        return command(*args, training=training, **kwargs)
+        return command(*args, training=pop_training_overrides(kwargs), **kwargs)
 
-    wrapper.__signature__ = signature.replace(parameters=[*own, *shared])  # type: ignore[attr-defined]
+    wrapper.__signature__ = signature.replace(parameters=[*own, *training_parameters()])  # type: ignore[attr-defined]
     return wrapper
