@@ -1,10 +1,12 @@
 """The instrumentation tests' fixtures: a vLLM-like server on loopback
-(``tracerl_testing.scripted_server``), an in-memory view of this process's spans, and a
-runner for agent scripts captured by environment alone. What other areas share too is in
+(``tracerl_testing.scripted_server``), an in-memory view of this process's spans, a
+runner for agent scripts captured by environment alone, and the tiny model taught a tool
+round trip that each API's capture tests serve. What other areas share too is in
 the root ``tests/conftest.py``."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,10 +21,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from tracerl.core.chat_template import template_prompt_ids
 from tracerl.instrumentation import settings as S
 from tracerl.instrumentation.setup import install_hooks
 from tracerl.schemas import attributes as A
 from tracerl.schemas import environment as E
+from tracerl_testing.installed import require_module
 from tracerl_testing.scripted_server import ScriptedServer, running_scripted_server
 from tracerl_testing.tables import span_rows
 
@@ -145,3 +149,59 @@ class Captured:
 @pytest.fixture()
 def captured(tmp_path: Path, server: ScriptedServer) -> Captured:
     return Captured(tmp_path, server.base_url)
+
+
+# ---- the tool round trip a model is taught (the same for every API: its system prompt is the Responses API's instructions)
+SYSTEM = "Use the add tool."
+QUESTION = "task: add 3 4"
+CALL = {"name": "add", "arguments": {"a": 3, "b": 4}}
+TOOL_REPLY = "<tool_call>" + json.dumps(CALL) + "</tool_call>"
+ANSWER = "answer: 7"
+
+
+def teach(base: Path, out: Path, pairs: list[tuple[list[dict], str]]) -> Path:
+    """The tiny model after enough gradient steps to answer each prompt (chat messages) with its reply, greedily."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base)
+    batch = []
+    for messages, reply in pairs:
+        prompt = template_prompt_ids(tokenizer, messages)
+        target = tokenizer(reply, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        batch.append((prompt + target, [-100] * len(prompt) + target))
+    width = max(len(ids) for ids, _ in batch)
+    ids = torch.tensor([i + [tokenizer.pad_token_id] * (width - len(i)) for i, _ in batch])
+    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
+    mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in batch])
+    torch.manual_seed(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny kernels: a second thread only spins on a busy machine
+    try:
+        for _ in range(800):
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if loss.item() < 2e-4:
+                break
+    finally:
+        torch.set_num_threads(threads)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tool_model(tmp_path_factory) -> Path:
+    """A tiny model that calls ``add`` for QUESTION under SYSTEM, then answers ANSWER: taught once, served by each API's
+    ``tool_server`` (each records its own API's replies)."""
+    require_module("tracerl.trainer.serving.app", "pip install torch==2.13.0 && pip install -e '.[train]'")
+    from tracerl.trainer.tiny_model import ensure_tiny_model
+
+    asked = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
+    called = [*asked, {"role": "assistant", "content": TOOL_REPLY}, {"role": "tool", "content": "7"}]
+    return teach(ensure_tiny_model(), tmp_path_factory.mktemp("tool-model"), [(asked, TOOL_REPLY), (called, ANSWER)])

@@ -22,17 +22,12 @@ from tracerl.instrumentation.request_plan import Plan, endpoint_kind, is_llm_req
 from tracerl.schemas import attributes as A
 from tracerl_testing.installed import require_module
 
-from .conftest import Captured
-from .test_responses_capture import build, check_span, teach, texts
+from .conftest import ANSWER, CALL, QUESTION, SYSTEM, TOOL_REPLY, Captured
+from .test_responses_capture import build, check_span, texts
 
 anthropic = require_module("anthropic", "pip install -e '.[frameworks]' (or pip install anthropic)")
 pytestmark = pytest.mark.frameworks  # the anthropic SDK comes with the [frameworks] extra
 
-SYSTEM = "Use the add tool."
-QUESTION = "task: add 3 4"
-CALL = {"name": "add", "arguments": {"a": 3, "b": 4}}
-TOOL_REPLY = "<tool_call>" + json.dumps(CALL) + "</tool_call>"
-ANSWER = "answer: 7"
 TOOLS = [{"name": "add", "description": "Add two integers.",
           "input_schema": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}]
 GREEDY = {"temperature": 0}  # the anthropic SDK 2.x takes no temperature argument: agents send it in the body
@@ -393,15 +388,9 @@ def test_the_gateway_records_messages_calls_of_agents_it_cannot_instrument(spans
 
 # ---- agents captured by environment alone, transitions built by the pipeline ---------------------
 @pytest.fixture(scope="module")
-def tool_server(tmp_path_factory):
-    """``tracerl serve`` with a model that calls ``add`` for QUESTION under SYSTEM, then answers ANSWER."""
-    require_module("tracerl.trainer.serving.app", "pip install torch==2.13.0 && pip install -e '.[train]'")
-    from tracerl.trainer.tiny_model import ensure_tiny_model
-
-    asked = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
-    called = [*asked, {"role": "assistant", "content": TOOL_REPLY}, {"role": "tool", "content": "7"}]
-    model = teach(ensure_tiny_model(), tmp_path_factory.mktemp("tool-model"), [(asked, TOOL_REPLY), (called, ANSWER)])
-    with serving(model) as server:
+def tool_server(tool_model):
+    """``tracerl serve`` of the model taught the tool exchange, recording the messages it makes."""
+    with serving(tool_model) as server:
         yield server
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from pathlib import Path
 
 import duckdb
 import openai
@@ -16,7 +15,6 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from tracerl.core.chat_template import template_prompt_ids
 from tracerl.instrumentation.answer_split import split_answer
 from tracerl.instrumentation.answer_stream import SSERewriter, StreamTokens
 from tracerl.instrumentation.request_plan import Plan
@@ -24,13 +22,9 @@ from tracerl.schemas import attributes as A
 from tracerl.schemas.tokens import decode
 from tracerl_testing.installed import require_module
 
-from .conftest import Captured
+from .conftest import ANSWER, CALL, QUESTION, Captured
+from .conftest import SYSTEM as INSTRUCTIONS
 
-INSTRUCTIONS = "Use the add tool."
-QUESTION = "task: add 3 4"
-CALL = {"name": "add", "arguments": {"a": 3, "b": 4}}
-TOOL_REPLY = "<tool_call>" + json.dumps(CALL) + "</tool_call>"
-ANSWER = "answer: 7"
 TOOLS = [{"type": "function", "name": "add", "description": "Add two integers.",
           "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
                          "required": ["a", "b"], "additionalProperties": False}, "strict": True}]
@@ -411,52 +405,10 @@ def test_a_chain_whose_first_turn_is_missing_keeps_served_ids_and_drops_what_it_
 
 
 # ---- a function tool round trip, with a model taught to call the tool ---------------------------
-def teach(base: Path, out: Path, pairs: list[tuple[list[dict], str]]) -> Path:
-    """The tiny model after enough gradient steps to answer each prompt (chat messages) with its reply, greedily."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForCausalLM.from_pretrained(base)
-    batch = []
-    for messages, reply in pairs:
-        prompt = template_prompt_ids(tokenizer, messages)
-        target = tokenizer(reply, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        batch.append((prompt + target, [-100] * len(prompt) + target))
-    width = max(len(ids) for ids, _ in batch)
-    ids = torch.tensor([i + [tokenizer.pad_token_id] * (width - len(i)) for i, _ in batch])
-    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
-    mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in batch])
-    torch.manual_seed(0)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny kernels: a second thread only spins on a busy machine
-    try:
-        for _ in range(800):
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            if loss.item() < 2e-4:
-                break
-    finally:
-        torch.set_num_threads(threads)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
-
-
 @pytest.fixture(scope="module")
-def tool_server(tmp_path_factory):
-    """``tracerl serve`` with a model that calls ``add`` for QUESTION under INSTRUCTIONS, then answers ANSWER."""
-    require_module("tracerl.trainer.serving.app", "pip install torch==2.13.0 && pip install -e '.[train]'")
-    from tracerl.trainer.tiny_model import ensure_tiny_model
-
-    asked = [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": QUESTION}]
-    called = [*asked, {"role": "assistant", "content": TOOL_REPLY}, {"role": "tool", "content": "7"}]
-    model = teach(ensure_tiny_model(), tmp_path_factory.mktemp("tool-model"), [(asked, TOOL_REPLY), (called, ANSWER)])
-    with serving(model) as server:
+def tool_server(tool_model):
+    """``tracerl serve`` of the model taught the tool exchange, recording the responses it makes."""
+    with serving(tool_model) as server:
         yield server
 
 

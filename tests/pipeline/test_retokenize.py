@@ -58,6 +58,7 @@ def test_retokenize_rebuilds_ids_from_the_messages_with_the_policys_chat_templat
     # a call with neither ids nor messages cannot be rebuilt: still skipped, still counted
     assert 3 not in rows
     assert manifest["counts"]["llm_calls"]["retokenized"] == 2
+    assert manifest["counts"]["llm_calls"]["retokenized_from_text"] == 0  # plain text renders through the template
     assert manifest["counts"]["llm_calls"]["skipped"] == {"no_token_ids": 1}
     assert any("2 transition(s) have token ids rebuilt" in w for w in manifest["warnings"])
 

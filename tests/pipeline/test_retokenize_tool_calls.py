@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from transformers import AutoTokenizer
@@ -28,16 +29,16 @@ CALL = [{"role": "assistant", "finish_reason": "tool_calls",
 WRITTEN = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "6 * 7"}}\n</tool_call>'
 
 
-def _rebuilt_response(data_dir: Path, out: Path, tokenizer_folder: Path) -> list[int]:
-    """The response ids ``--retokenize`` gives the one call of CALL, captured without ids."""
+def _rebuilt_response(data_dir: Path, out: Path, tokenizer_folder: Path) -> tuple[list[int], dict[str, Any]]:
+    """The response ids ``--retokenize`` gives the one call of CALL, captured without ids, and the build's manifest."""
     messages = {A.GEN_AI_INPUT_MESSAGES: json.dumps(QUESTION), A.GEN_AI_OUTPUT_MESSAGES: json.dumps(CALL),
                 A.GEN_AI_TOOL_DEFINITIONS: json.dumps([{"type": "function", **CALCULATOR}])}
     write_spans(data_dir, [episode_span("e1", 0, 100, task="t"), llm_call("e1", "call", 1, 10, None, None, extra=messages),
                            reward_span("e1", "r", 50, 1.0)])
-    build_dataset(data_dir, out, retokenize=str(tokenizer_folder))
+    manifest = build_dataset(data_dir, out, retokenize=str(tokenizer_folder))
     [row] = dataset_table(out).to_pylist()
     assert row["token_source"] == "retokenized"
-    return row["response_token_ids"]
+    return row["response_token_ids"], manifest
 
 
 @pytest.fixture
@@ -54,15 +55,22 @@ def hermes_tokenizer(tmp_path) -> Path:
 def test_a_tool_call_is_rebuilt_as_the_markup_the_template_teaches(hermes_tokenizer, data_dir, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(hermes_tokenizer)
     written = tokenizer(WRITTEN, add_special_tokens=False)["input_ids"]
-    assert _rebuilt_response(data_dir, tmp_path / "ds", hermes_tokenizer) == [*written, tokenizer.eos_token_id]
+    response, manifest = _rebuilt_response(data_dir, tmp_path / "ds", hermes_tokenizer)
+    assert response == [*written, tokenizer.eos_token_id]
+    assert manifest["counts"]["llm_calls"]["retokenized_from_text"] == 0
+    assert not any("could not render" in w for w in manifest["warnings"])
 
 
 def test_a_template_without_tool_calls_leaves_the_call_as_json_text(tiny_checkpoint, data_dir, tmp_path):
-    """The tiny model's template drops tool calls: rendering would lose the call, so its text is encoded alone."""
+    """The tiny model's template drops tool calls: rendering would lose the call, so its text is encoded alone,
+    and the build counts and names that fallback (those ids are the likeliest to differ from the sampled ones)."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
     text = json.dumps({"name": "calculator", "arguments": '{"expression": "6 * 7"}'})
     expected = [*tokenizer(text, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
-    assert _rebuilt_response(data_dir, tmp_path / "ds", tiny_checkpoint) == expected
+    response, manifest = _rebuilt_response(data_dir, tmp_path / "ds", tiny_checkpoint)
+    assert response == expected
+    assert manifest["counts"]["llm_calls"]["retokenized_from_text"] == 1
+    assert any(w.startswith("1 of the retokenized transition(s)") and "could not render" in w for w in manifest["warnings"])
 
 
 AGENT = """

@@ -267,7 +267,8 @@ def write_transitions(
             )
         con.close()
     # what the write dropped or rebuilt joins the counts of the stages before it
-    written = {"skipped": dict(tally.skipped), "retokenized": tally.retokenized}
+    written = {"skipped": dict(tally.skipped), "retokenized": tally.retokenized,
+               "retokenized_from_text": tally.retokenized_from_text}
     if tally.chains:  # Responses API calls whose input the writer completed from the conversation's earlier turns
         written["response_chains"] = dict(tally.chains)
     counts = merge([analysis.counts, {"llm_calls": written,

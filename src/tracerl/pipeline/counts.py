@@ -114,6 +114,13 @@ def warnings(inputs: dict[str, Any], c: dict[str, Any], options: BuildOptions) -
         notes.append(f"{c['llm_calls']['retokenized']} transition(s) have token ids rebuilt from their messages with "
                      f"--retokenize {options.retokenize} (token_source = '{A.TOKEN_SOURCE_RETOKENIZED}'): they may differ from "
                      "the tokens the policy sampled")
+    if c["llm_calls"].get("retokenized_from_text"):
+        notes.append(f"{c['llm_calls']['retokenized_from_text']} of the retokenized transition(s) have a response the chat "
+                     f"template of --retokenize {options.retokenize} could not render (no tool_calls in the template, a "
+                     "conversation it rejects, or no end-of-sequence token closing the turn): it is the output's text encoded "
+                     "alone, a tool call as JSON text rather than the markup the model writes, so its ids are the likeliest to "
+                     "differ from those sampled; retokenize with the model folder the server loads (its template renders tool "
+                     "calls), or capture the server's token ids (tracerl's instrumentation or `tracerl gateway`)")
     unresolved = (c["llm_calls"].get("response_chains") or {}).get("previous_unresolved")
     if unresolved:
         notes.append(f"{unresolved} Responses API transition(s) continue a response ({A.PREVIOUS_RESPONSE_ID}) that is no "

@@ -122,13 +122,22 @@ class Retokenizer:
         self, input_messages: str | None, output_messages: str | None, tools: list[dict[str, Any]] | None = None,
     ) -> tuple[list[int], list[int]] | None:
         """(prompt ids, response ids) of a call's message JSON (and tools); None when either side is missing or empty."""
+        rebuilt = self._rebuilt(input_messages, output_messages, tools)
+        return rebuilt[:2] if rebuilt else None
+
+    def _rebuilt(
+        self, input_messages: str | None, output_messages: str | None, tools: list[dict[str, Any]] | None,
+    ) -> tuple[list[int], list[int], bool] | None:
+        """:meth:`ids`, and whether the response is the output's text encoded alone (the template could not render it)."""
         prompt, answer = [_template_message(m) for m in request_messages(input_messages)], _answer(output_messages)
         if not prompt or answer is None:
             return None
         prompt_ids = template_prompt_ids(self.tokenizer, prompt, tools=tools)
         stopped = _finish_reason(output_messages) != "length"
         response = self._rendered_response(prompt, prompt_ids, answer, tools, stopped)
-        return prompt_ids, response if response is not None else self._text_response(output_messages, stopped)
+        if response is None:
+            return prompt_ids, self._text_response(output_messages, stopped), True
+        return prompt_ids, response, False
 
     def _rendered_response(
         self, prompt: list[dict[str, Any]], prompt_ids: list[int], answer: dict[str, Any],
@@ -158,25 +167,28 @@ class Retokenizer:
             response = [*response, self.tokenizer.eos_token_id]
         return response
 
-    def fill(self, part: pa.Table) -> pa.Table:
-        """``part`` with token ids rebuilt where its span had none, and the ``token_source`` of every row.
+    def fill(self, part: pa.Table) -> tuple[pa.Table, int]:
+        """``part`` with token ids rebuilt where its span had none, and the ``token_source`` of every row; and how
+        many of the rebuilt responses are the output's text encoded alone, the likeliest to differ from what was sampled.
 
         A call whose messages cannot be rebuilt keeps its missing ids (the writer drops it as ``no_token_ids``).
         """
         missing = pc.is_null(part.column("response_token_ids")).to_numpy(zero_copy_only=False)
         source = [A.TOKEN_SOURCE_SERVED] * len(part)
         if not missing.any():
-            return part.append_column("token_source", pa.array(source, pa.string()))
+            return part.append_column("token_source", pa.array(source, pa.string())), 0
         prompts: list[Any] = part.column("prompt_token_ids").to_pylist()
         responses: list[Any] = part.column("response_token_ids").to_pylist()
         inputs, outputs = part.column("input_messages"), part.column("output_messages")
         attributes = part.column("attributes") if "attributes" in part.column_names else pa.nulls(len(part), pa.string())
+        from_text = 0
         for i in missing.nonzero()[0].tolist():
-            rebuilt = self.ids(inputs[i].as_py(), outputs[i].as_py(), _tools(attributes[i].as_py()))
+            rebuilt = self._rebuilt(inputs[i].as_py(), outputs[i].as_py(), _tools(attributes[i].as_py()))
             if rebuilt:
-                prompts[i], responses[i] = rebuilt
+                prompts[i], responses[i], as_text = rebuilt
                 source[i] = A.TOKEN_SOURCE_RETOKENIZED
+                from_text += as_text
         for name, values in (("prompt_token_ids", prompts), ("response_token_ids", responses)):
             column = pa.array(values, part.schema.field(name).type)
             part = part.set_column(part.schema.get_field_index(name), name, column)
-        return part.append_column("token_source", pa.array(source, pa.string()))
+        return part.append_column("token_source", pa.array(source, pa.string())), from_text

@@ -185,6 +185,7 @@ class WriteTally:
 
     skipped: Counter = field(default_factory=Counter)
     retokenized: int = 0
+    retokenized_from_text: int = 0  # of them, responses the chat template could not render: their text encoded alone
     # Responses API calls made with previous_response_id: previous_resolved (input made whole),
     # previous_unresolved (written with their own input only: the earlier call is not in the episode's rows)
     chains: Counter = field(default_factory=Counter)
@@ -194,8 +195,9 @@ def _token_source(part: pa.Table, retokenizer: Retokenizer | None, tally: WriteT
     """``part`` with its ``token_source``; calls without token ids get them rebuilt when ``retokenizer`` is given."""
     if retokenizer is None:
         return part.append_column("token_source", pa.array([A.TOKEN_SOURCE_SERVED] * len(part), pa.string()))
-    part = retokenizer.fill(part)
+    part, from_text = retokenizer.fill(part)
     tally.retokenized += pc.sum(pc.equal(part.column("token_source"), A.TOKEN_SOURCE_RETOKENIZED)).as_py() or 0
+    tally.retokenized_from_text += from_text
     return part
 
 

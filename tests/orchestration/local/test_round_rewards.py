@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tracerl.orchestration.local.run import generated_tokens, mean_rewards_by_split
+from tracerl.orchestration.local.run import mean_rewards_by_split, round_spans
 from tracerl.schemas import attributes as A
 from tracerl_testing.span_builders import chat_episode, span, write_spans
 
@@ -32,7 +32,7 @@ def test_a_compacted_partition_and_a_hidden_copy_are_read_as_the_build_reads_the
 
     write_spans(tmp_path, chat_episode("a", reward=1.0))
     write_spans(tmp_path, chat_episode("b", reward=0.0))
-    assert (mean_rewards_by_split(tmp_path), generated_tokens(tmp_path)) == ({"train": 0.5}, 2 * 4)
+    assert round_spans(tmp_path) == ({"train": 0.5}, 2 * 4)
     # committed, its inputs kept for the grace period; and a tool's hidden backup of one of them
     (merged,) = compact(str(tmp_path), CompactionSettings(settle_s=0, grace_s=3600))
     assert merged.files_in == 2 and merged.inputs_deleted == 0
@@ -40,7 +40,7 @@ def test_a_compacted_partition_and_a_hidden_copy_are_read_as_the_build_reads_the
     shutil.copy(partition / merged.merged[0], partition / f".backup-of-{merged.merged[0]}")
     glob = duckdb.sql(f"SELECT count(*) FROM read_parquet('{tmp_path}/spans/**/*.parquet')").fetchall()[0][0]
     assert glob == (2 + 2 + 1) * 5  # a glob of spans/ reads the inputs, the output and the copy
-    assert (mean_rewards_by_split(tmp_path), generated_tokens(tmp_path)) == ({"train": 0.5}, 2 * 4)
+    assert round_spans(tmp_path) == ({"train": 0.5}, 2 * 4)
 
 
 def test_a_primary_measure_counts_held_out_episodes_whose_named_reward_was_reached_partial_credit_aside(tmp_path):

@@ -100,3 +100,7 @@ class LocalConfig:
     backend_options: dict[str, Any] = field(default_factory=dict)  # each backend's own options by its name (none: its defaults)
     vllm: VllmOptions = field(default_factory=VllmOptions)
 
+    @property
+    def chosen_backend_options(self) -> object | None:
+        """The options of ``backend``, for its trainer and its checkpoints' manifests (None: its defaults)."""
+        return self.backend_options.get(self.backend)

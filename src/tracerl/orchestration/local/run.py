@@ -41,6 +41,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from itertools import groupby
 from pathlib import Path
+from typing import NamedTuple
 
 import duckdb
 import numpy as np
@@ -259,26 +260,32 @@ def raw_spans_of(data_dir: Path) -> Iterator[duckdb.DuckDBPyConnection]:
         con.close()
 
 
-def generated_tokens(data_dir: Path) -> int:
-    """Tokens the policy sampled in the round, every split (as captured)."""
+class RoundSpans(NamedTuple):
+    """What a round's row reads from its captured spans."""
+
+    rewards_by_split: dict[str, float]  # mean episode reward per split (splits without a reward left out)
+    generated_tokens: int  # tokens the policy sampled, every split (as captured)
+
+
+def round_spans(data_dir: Path) -> RoundSpans:
+    """The round's mean episode reward per split and generated tokens, from one listing and one scan of its spans
+    (the folder is read once however many span files a round leaves). An episode's reward is the sum of the
+    rewards it emitted (an execution match and a partial credit are one episode's, not two)."""
     with raw_spans_of(data_dir) as con:
-        (tokens,), = con.sql("""
-            SELECT coalesce(sum(len(completion_token_ids)), 0) FROM raw_spans WHERE completion_token_ids IS NOT NULL
+        rows = con.sql(f"""
+            SELECT split, avg(reward) AS mean_reward, sum(tokens) AS tokens FROM (
+                SELECT split, episode_id, sum(reward_value) FILTER (WHERE name = '{A.REWARD_SPAN_NAME}') AS reward,
+                       coalesce(sum(len(completion_token_ids)), 0) AS tokens
+                FROM raw_spans GROUP BY split, episode_id
+            ) GROUP BY split
         """).fetchall()
-    return int(tokens)
+    rewards = {split: float(value) for split, value, _ in rows if value is not None}
+    return RoundSpans(rewards, int(sum(tokens for _, _, tokens in rows)))
 
 
 def mean_rewards_by_split(data_dir: Path) -> dict[str, float]:
-    """Mean episode reward per split, read back from the captured reward spans: an episode's reward is the
-    sum of the rewards it emitted (an execution match and a partial credit are one episode's, not two)."""
-    with raw_spans_of(data_dir) as con:
-        rows = con.sql(f"""
-            SELECT split, avg(reward) AS mean_reward FROM (
-                SELECT split, episode_id, sum(reward_value) AS reward
-                FROM raw_spans WHERE name = '{A.REWARD_SPAN_NAME}' GROUP BY split, episode_id
-            ) GROUP BY split
-        """).fetchall()
-    return {split: float(value) for split, value in rows}
+    """Mean episode reward per split, read back from the captured reward spans (:func:`round_spans`)."""
+    return round_spans(data_dir).rewards_by_split
 
 
 def format_replay_samples(
@@ -310,11 +317,6 @@ def training_setup(cfg: LocalConfig) -> LocalConfig:
     if cfg.train.learning_rate is None and not cfg.model:
         return replace(cfg, train=replace(cfg.train, learning_rate=cfg.tiny_learning_rate))
     return cfg
-
-
-def backend_options(cfg: LocalConfig) -> object | None:
-    """The options of the configured backend, for its trainer and its checkpoints' manifests (None: its defaults)."""
-    return cfg.backend_options.get(cfg.backend)
 
 
 def kept_checkpoint_bytes(folder: Path) -> int:
@@ -414,7 +416,7 @@ def run_local(
           as trackers, nullcontext(endpoint) if endpoint else policy_endpoint(cfg.server, start, cfg.tool_call_parser, cfg.vllm, lora, names) as served):
         policies = []
         for name in names:
-            trainer = load_trainer(cfg.backend, start, cfg.train, backend_options(cfg))
+            trainer = load_trainer(cfg.backend, start, cfg.train, cfg.chosen_backend_options)
             folder = out / "policy" / name if several else out / "policy"
             policy = LocalPolicy(name, trainer, served.targets[name], folder, start, name if several else None)
             if lora and not endpoint:  # the agents call the adapter: the starting one (untrained LoRA is the base model) first
@@ -438,7 +440,7 @@ def run_local(
             with clock("rollout"):
                 write_round_tasks(tasks_file, train_tasks, held_out, cfg, rnd)
                 run_agent(recipe, tasks_file, round_dir / "data", served.base_url, cfg.concurrency, cfg.max_tokens, agent_args, agent_models)
-                rewards, generated = mean_rewards_by_split(round_dir / "data"), generated_tokens(round_dir / "data")
+                rewards, generated = round_spans(round_dir / "data")
             judged = {}
             if cfg.judge_url:
                 phase(rnd, "judging the training episodes")
@@ -536,7 +538,7 @@ def train_and_publish(
             policy.replay = (policy.replay + rewarded_outputs(samples))[-4 * max(cfg.replay_samples, 1) :]
         trained = train_and_save(
             policy.trainer, samples + kept, skipped, dataset=dataset, parent=policy.served, parent_version=policy.version,
-            out=policy.folder / f"v{version}", backend=cfg.backend, options=backend_options(cfg), version=version,
+            out=policy.folder / f"v{version}", backend=cfg.backend, options=cfg.chosen_backend_options, version=version,
             on_saving=lambda: clock.mark("checkpoint"),
         )
     entry = trained_entry(trained.checkpoint, version, policy.version, rows, policy.rows, seconds=clock.seconds)
@@ -547,7 +549,7 @@ def train_and_publish(
         failed = policy.folder / "failed" / f"v{version}-round{rnd}"
         failed.parent.mkdir(parents=True, exist_ok=True)
         os.replace(trained.checkpoint, failed)
-        policy.trainer = load_trainer(cfg.backend, policy.served, cfg.train, backend_options(cfg))
+        policy.trainer = load_trainer(cfg.backend, policy.served, cfg.train, cfg.chosen_backend_options)
         made = {name: value for name, value in metrics_row(entry.as_dict()).items() if name != "version"}  # no version made
         return {**made, "zero_advantage_dropped": dropped, "status": "publish_failed", "reason": str(exc), "checkpoint": str(failed)}
     policy.version, policy.served = version, trained.checkpoint

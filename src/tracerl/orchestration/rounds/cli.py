@@ -42,7 +42,8 @@ EXIT_CODES = {
 }
 
 _CONFIG = typer.Option(None, "--config", "-c", help="TOML file of the round (src/tracerl/orchestration/rounds/config.py shows every key).")
-_STATE = typer.Option(None, "--state", help="The rounds' folder: dataset, checkpoints, registry, lock, report.")
+# the policy commands' --state is RoundConfig's (the flag `train run` and `train loop` take), flag and help declared there once
+_STATE = option_parameters(RoundConfig, only=("state",), overrides=True)[0].default
 
 
 def _phase(name: str) -> None:

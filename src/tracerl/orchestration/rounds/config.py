@@ -110,6 +110,11 @@ class RoundConfig:
             raise RoundConfigError(f"model: {self.model} is not a Hugging Face checkpoint (no config.json)")
 
     @property
+    def chosen_backend_options(self) -> object | None:
+        """The options of ``backend``, for its trainer and its checkpoints' manifests (None: its defaults)."""
+        return self.backend_options.get(self.backend)
+
+    @property
     def policies(self) -> dict[str, tuple[str, ...]]:
         """{policy: agents} (``[policies]``, ``--policy``): an adapter each. The build selects by them, so they live in ``build``."""
         return self.build.policies

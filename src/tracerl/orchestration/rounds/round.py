@@ -261,7 +261,7 @@ def policy_round(config: RoundConfig, state: StateFolder, policy: str | None, on
             try:
                 train_checkpoint(
                     plan, Path(parent["checkpoint"]), checkpoint, backend=config.backend, config=config.train,
-                    options=config.backend_options.get(config.backend), max_policy_lag=config.max_policy_lag,
+                    options=config.chosen_backend_options, max_policy_lag=config.max_policy_lag,
                     version=version, on_saving=lambda: clock.mark("checkpoint"), policy=policy,
                 )
             except EmptyDatasetError as exc:  # no row to train on (too stale, empty responses): never a blocker;
