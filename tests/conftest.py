@@ -22,12 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-# Tests read the CLI's messages as text, rendered by rich as on a plain terminal whatever the runner's: a CI that
-# forces colour on a TERM=dumb terminal has rich box them at 80 columns, ignoring COLUMNS, and colour option names.
-# Popped before anything imports typer, which reads them once.
-for _forces_a_terminal in ("FORCE_COLOR", "PY_COLORS", "GITHUB_ACTIONS", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
-    os.environ.pop(_forces_a_terminal, None)
-
 # under CI, a skip for anything but the machine's hardware fails (imported, these hooks are this conftest's)
 from tracerl_testing.installed import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
 

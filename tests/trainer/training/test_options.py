@@ -12,6 +12,7 @@ from typer import _click as click  # typer 0.29 carries its own click: its comma
 from typer.testing import CliRunner
 
 from tracerl.cli import build_app
+from tracerl.core.commands import command_group
 from tracerl.core.dataclass_options import OPTION
 from tracerl.orchestration.demo.recipe import DEMO
 from tracerl.orchestration.local.cli import recipe_app
@@ -21,7 +22,9 @@ from tracerl.trainer.training.options import TrainingOverrides, pop_training_ove
 
 
 def _train(*args: str):
-    app = typer.Typer()
+    """``tracerl train`` under a root made as the real one is: Click's plain help and errors, which no terminal
+    setting boxes (a bare ``typer.Typer()`` root renders through rich, 80 columns wide on CI's TERM=dumb)."""
+    app = command_group()
     cli.register(app)
     return CliRunner().invoke(app, ["train", *args], env={"COLUMNS": "400"})
 
