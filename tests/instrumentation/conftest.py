@@ -26,6 +26,7 @@ from tracerl.instrumentation import settings as S
 from tracerl.instrumentation.setup import install_hooks
 from tracerl.schemas import attributes as A
 from tracerl.schemas import environment as E
+from tracerl.schemas.tokens import decode
 from tracerl_testing.installed import require_module
 from tracerl_testing.scripted_server import ScriptedServer, running_scripted_server
 from tracerl_testing.tables import span_rows
@@ -123,23 +124,25 @@ class Captured:
     def rows(self) -> list[dict]:
         return span_rows(self.data_dir)
 
-    def dataset(self, episode_id: str, reward: float = 1.0) -> list[dict]:
-        """Grade the episode late (a rewards row, as an external grader would) and build
-        the training dataset with the pipeline; its transitions in step order."""
+    def build(self, episode_id: str, reward: float = 1.0, **options) -> tuple[list[dict], dict]:
+        """Grade the episode late (a rewards row, as an external grader would) and build the training dataset with
+        the real pipeline (``options``: ``build_dataset``'s): its transitions in step order, and the manifest."""
         import time
 
         import pyarrow as pa
 
+        from tracerl.core.storage import write_parquet_atomic
         from tracerl.pipeline import build_dataset
         from tracerl.schemas import REWARDS_SCHEMA
-        from tracerl.core.storage import write_parquet_atomic
 
         grade = {"episode_id": episode_id, "name": "grade", "value": reward, "time_unix_nano": time.time_ns()}
         write_parquet_atomic(pa.Table.from_pylist([grade], schema=REWARDS_SCHEMA), self.data_dir / "rewards", prefix="rewards")
         out = self.tmp_path / "dataset"
-        build_dataset(self.data_dir, out)
+        manifest = build_dataset(self.data_dir, out, **options)
+        if not list(out.glob(A.DATASET_FILES_GLOB)):
+            return [], manifest
         rel = duckdb.sql(f"select * from read_parquet('{out}/{A.DATASET_FILES_GLOB}') order by step")
-        return [dict(zip(rel.columns, row)) for row in rel.fetchall()]
+        return [dict(zip(rel.columns, row)) for row in rel.fetchall()], manifest
 
     def llm_calls(self) -> list[dict]:
         """Rows of the LLM-call spans (those that carry a request model), in start order."""
@@ -157,6 +160,21 @@ QUESTION = "task: add 3 4"
 CALL = {"name": "add", "arguments": {"a": 3, "b": 4}}
 TOOL_REPLY = "<tool_call>" + json.dumps(CALL) + "</tool_call>"
 ANSWER = "answer: 7"
+
+
+def check_span(span, truth: dict) -> None:
+    """An LLM-call span carries exactly what the server sampled (``truth``: the served call's record)."""
+    assert decode(span.attributes[A.PROMPT_TOKEN_IDS]) == truth["prompt"]
+    assert decode(span.attributes[A.COMPLETION_TOKEN_IDS]) == truth["completion"]
+    assert decode(span.attributes[A.COMPLETION_LOGPROBS]) == pytest.approx(truth["logprobs"], abs=1e-4)
+    assert span.attributes[A.POLICY_VERSION] == truth["version"] == 0
+    assert span.attributes[A.GEN_AI_RESPONSE_ID] == truth["id"]
+    assert A.TOKEN_IDS_MISSING not in span.attributes
+
+
+def texts(messages_json: str) -> list[tuple[str, str]]:
+    """A transition's messages as (role, text) pairs."""
+    return [(m["role"], "".join(p.get("content", "") for p in m["parts"])) for m in json.loads(messages_json)]
 
 
 def teach(base: Path, out: Path, pairs: list[tuple[list[dict], str]]) -> Path:

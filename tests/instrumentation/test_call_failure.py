@@ -61,7 +61,7 @@ def test_failed_calls_are_recorded_as_failed_with_the_servers_message(captured, 
     assert "tracerl: 2 LLM calls failed (1 x 404: " in done.stderr
 
 
-    (transition,) = captured.dataset("ep-failing")  # the call that succeeded
+    (transition,), _ = captured.build("ep-failing")  # the call that succeeded
     assert transition["response_token_ids"] == server.calls[-1].token_ids
     notes = diagnose(captured.data_dir, BuildOptions())["notes"]
     assert "2 LLM call(s) failed (their spans' error.type and status message say why)" in notes

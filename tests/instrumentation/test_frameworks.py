@@ -29,7 +29,7 @@ def check_calls(captured, server, agents: list[str], episode_id: str) -> list[di
         assert row["policy_version"] == 7 and row["episode_id"] == episode_id
     assert [r["agent_name"] for r in calls] == agents
 
-    transitions = captured.dataset(episode_id, reward=1.0)
+    transitions = captured.build(episode_id)[0]
     assert [t["agent_name"] for t in transitions] == agents
     for transition, truth in zip(transitions, server.calls):
         assert transition["prompt_token_ids"] == truth.prompt_token_ids
@@ -317,7 +317,7 @@ def test_langgraph_tool_runs_are_execute_tool_spans_and_the_sql_and_tool_error_r
     assert schema["status_message"] == "OperationalError: no such table: x"  # raised, handled by ToolNode
     assert (listing["status_code"], listing["status_message"]) == ("ERROR", "no table starts with 'x'")  # handled by the tool
 
-    transitions = captured.dataset("ep-sql", reward=1.0)
+    transitions = captured.build("ep-sql")[0]
     manifest = json.loads((captured.tmp_path / "dataset" / A.DATASET_MANIFEST_FILE).read_text())
     assert manifest["counts"]["rewards"]["by_name"] == {"air.sql_error": 1, "air.tool_error": 2, "grade": 1}
     # each penalty lands on the call that asked for the tool; the grade on the last call

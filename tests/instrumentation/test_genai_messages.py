@@ -82,5 +82,5 @@ def test_a_tool_call_the_model_wrote_malformed_is_penalised_in_the_dataset(tmp_p
         captured = Captured(tmp_path, server.base_url)
         done = captured.tracerl_run(AGENT, "--task-id", "t1", "--episode-id", "e1")
         assert done.returncode == 0, done.stderr
-        [transition] = captured.dataset("e1", reward=1.0)
+        [transition], _ = captured.build("e1")
     assert transition["reward"] == pytest.approx(1.0 - 0.1)  # the episode's reward and the rule's penalty on the call that wrote it

@@ -22,8 +22,7 @@ from tracerl.instrumentation.request_plan import Plan, endpoint_kind, is_llm_req
 from tracerl.schemas import attributes as A
 from tracerl_testing.installed import require_module
 
-from .conftest import ANSWER, CALL, QUESTION, SYSTEM, TOOL_REPLY, Captured
-from .test_responses_capture import build, check_span, texts
+from .conftest import ANSWER, CALL, QUESTION, SYSTEM, TOOL_REPLY, Captured, check_span, texts
 
 anthropic = require_module("anthropic", "pip install -e '.[frameworks]' (or pip install anthropic)")
 pytestmark = pytest.mark.frameworks  # the anthropic SDK comes with the [frameworks] extra
@@ -353,7 +352,7 @@ def test_counting_tokens_is_no_llm_call_for_capture_nor_for_the_pipeline(capture
     assert sdk_spans == {"anthropic.messages.count_tokens", "anthropic.messages.create"}
     (call,) = [r for r in captured.rows() if A.LLM_API in json.loads(r["attributes"])]  # tracerl's LLM-call spans
     assert call["response_id"] == result["id"] and call["prompt_token_ids"] is not None
-    rows, manifest = build(captured, "ep-count")
+    rows, manifest = captured.build("ep-count")
     assert manifest["counts"]["llm_calls"]["total"] == 1  # the create's two spans merged by response id; count_tokens none
     assert [row["response_id"] for row in rows] == [result["id"]]
 
@@ -426,7 +425,7 @@ def test_a_tool_round_trip_becomes_two_transitions_with_the_servers_ids_and_the_
     calls = [r for r in captured.llm_calls() if r["response_id"] in result["ids"]]
     assert len(calls) == 4
 
-    transitions, manifest = build(captured, "ep-tool")
+    transitions, manifest = captured.build("ep-tool")
     assert [t["response_id"] for t in transitions] == result["ids"]
     for transition, call in zip(transitions, truth):
         assert transition["prompt_token_ids"] == call["prompt"] and transition["response_token_ids"] == call["completion"]
@@ -473,7 +472,7 @@ def test_calls_captured_without_ids_take_the_retokenizing_path_to_the_servers_pr
     assert all(r["prompt_token_ids"] is None for r in captured.llm_calls())
 
     model = str(served.running.app.state.engine.model_path)
-    transitions, manifest = build(captured, "ep-re", retokenize=model)
+    transitions, manifest = captured.build("ep-re", retokenize=model)
     assert [t["token_source"] for t in transitions] == [A.TOKEN_SOURCE_RETOKENIZED] * 2
     assert [t["prompt_token_ids"] for t in transitions] == [call["prompt"] for call in truth]
     assert texts(transitions[1]["input_messages"]) == [

@@ -34,7 +34,7 @@ for n in range(3):
 
 @pytest.fixture(scope="module")
 def phoenix(tmp_path_factory):
-    require(PHOENIX.is_file(), "Arize Phoenix", f"python3 -m venv .venv-phoenix && .venv-phoenix/bin/pip install arize-phoenix (or set TRACERL_PHOENIX to its `phoenix`)")
+    require(PHOENIX.is_file(), "Arize Phoenix", "python3 -m venv .venv-phoenix && .venv-phoenix/bin/pip install arize-phoenix (or set TRACERL_PHOENIX to its `phoenix`)")
     port = free_port()
     env = {**os.environ, "PHOENIX_WORKING_DIR": str(tmp_path_factory.mktemp("phoenix")), "PHOENIX_HOST": "127.0.0.1",
            "PHOENIX_PORT": str(port), "PHOENIX_GRPC_PORT": str(free_port()), "PHOENIX_TELEMETRY_ENABLED": "false"}

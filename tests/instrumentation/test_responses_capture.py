@@ -7,22 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
-import duckdb
 import openai
 import orjson
-import pyarrow as pa
 import pytest
 
 from tracerl.instrumentation.answer_split import split_answer
 from tracerl.instrumentation.answer_stream import SSERewriter, StreamTokens
 from tracerl.instrumentation.request_plan import Plan
 from tracerl.schemas import attributes as A
-from tracerl.schemas.tokens import decode
 from tracerl_testing.installed import require_module
 
-from .conftest import ANSWER, CALL, QUESTION, Captured
+from .conftest import ANSWER, CALL, QUESTION, Captured, check_span, texts
 from .conftest import SYSTEM as INSTRUCTIONS
 
 TOOLS = [{"type": "function", "name": "add", "description": "Add two integers.",
@@ -77,15 +73,6 @@ def served():
 
 def llm_spans(spans) -> list:
     return [s for s in spans.get_finished_spans() if s.attributes.get(A.LLM_API) == A.LLM_API_RESPONSES]
-
-
-def check_span(span, truth: dict) -> None:
-    assert decode(span.attributes[A.PROMPT_TOKEN_IDS]) == truth["prompt"]
-    assert decode(span.attributes[A.COMPLETION_TOKEN_IDS]) == truth["completion"]
-    assert decode(span.attributes[A.COMPLETION_LOGPROBS]) == pytest.approx(truth["logprobs"], abs=1e-4)
-    assert span.attributes[A.POLICY_VERSION] == truth["version"] == 0
-    assert span.attributes[A.GEN_AI_RESPONSE_ID] == truth["id"]
-    assert A.TOKEN_IDS_MISSING not in span.attributes
 
 
 # ---- answers as servers write them ----------------------------------------------------------
@@ -293,22 +280,6 @@ def test_the_gateway_records_responses_calls_of_agents_it_cannot_instrument(span
 
 
 # ---- agents captured by environment alone, transitions built by the pipeline ---------------------
-def build(captured: Captured, episode_id: str, **options) -> tuple[list[dict], dict]:
-    """Reward the episode and build its transitions (step order) with the real pipeline; and the manifest."""
-    from tracerl.core.storage import write_parquet_atomic
-    from tracerl.pipeline import build_dataset
-    from tracerl.schemas import REWARDS_SCHEMA
-
-    grade = {"episode_id": episode_id, "name": "grade", "value": 1.0, "time_unix_nano": time.time_ns()}
-    write_parquet_atomic(pa.Table.from_pylist([grade], schema=REWARDS_SCHEMA), captured.data_dir / "rewards", prefix="rewards")
-    out = captured.tmp_path / "dataset"
-    manifest = build_dataset(captured.data_dir, out, **options)
-    if not list(out.glob(A.DATASET_FILES_GLOB)):
-        return [], manifest
-    rel = duckdb.sql(f"select * from read_parquet('{out}/{A.DATASET_FILES_GLOB}') order by step")
-    return [dict(zip(rel.columns, row)) for row in rel.fetchall()], manifest
-
-
 CHAIN_AGENT = """
     import os
     from openai import OpenAI
@@ -323,10 +294,6 @@ CHAIN_AGENT = """
 """
 
 
-def texts(messages_json: str) -> list[tuple[str, str]]:
-    return [(m["role"], "".join(p.get("content", "") for p in m["parts"])) for m in json.loads(messages_json)]
-
-
 def test_a_previous_response_id_chain_of_three_turns_becomes_transitions_with_the_whole_conversation(tmp_path, served):
     captured = Captured(tmp_path, served.base_url)
     done = captured.tracerl_run(CHAIN_AGENT, "--episode-id", "ep-chain")
@@ -337,7 +304,7 @@ def test_a_previous_response_id_chain_of_three_turns_becomes_transitions_with_th
     assert [r["response_id"] for r in rows] == ids
     assert [json.loads(r["attributes"]).get(A.PREVIOUS_RESPONSE_ID) for r in rows] == [None, ids[0], ids[1]]
 
-    transitions, manifest = build(captured, "ep-chain")
+    transitions, manifest = captured.build("ep-chain")
     assert [t["response_id"] for t in transitions] == ids
     for transition, call in zip(transitions, truth):
         assert transition["prompt_token_ids"] == call["prompt"]
@@ -366,7 +333,7 @@ def test_a_chain_captured_without_ids_is_retokenized_to_the_servers_prompts(tmp_
     assert all(r["prompt_token_ids"] is None for r in captured.llm_calls())
 
     model = served.running.app.state.engine.model_path
-    transitions, manifest = build(captured, "ep-chain", retokenize=str(model))
+    transitions, manifest = captured.build("ep-chain", retokenize=str(model))
     assert [t["token_source"] for t in transitions] == [A.TOKEN_SOURCE_RETOKENIZED] * 3
     assert [t["prompt_token_ids"] for t in transitions] == [call["prompt"] for call in truth]
     assert manifest["counts"]["llm_calls"]["retokenized"] == 3
@@ -392,7 +359,7 @@ def test_a_chain_whose_first_turn_is_missing_keeps_served_ids_and_drops_what_it_
         client.responses.create(model="tiny", input="and 5?", previous_response_id=first.id, max_output_tokens=4)
     """
     assert captured.tracerl_run(agent, "--episode-id", "ep-cut").returncode == 0
-    transitions, manifest = build(captured, "ep-cut")
+    transitions, manifest = captured.build("ep-cut")
     assert len(transitions) == 1 and texts(transitions[0]["input_messages"]) == [("user", "and 5?")]
     assert manifest["counts"]["llm_calls"]["response_chains"] == {"previous_unresolved": 1}
     assert any("no transition of their episode" in note for note in manifest["warnings"])
@@ -400,7 +367,7 @@ def test_a_chain_whose_first_turn_is_missing_keeps_served_ids_and_drops_what_it_
     (tmp_path / "off").mkdir()
     captured = Captured(tmp_path / "off", served.base_url)
     assert captured.tracerl_run(agent, "--episode-id", "ep-cut", TRACERL_TOKEN_CAPTURE="off").returncode == 0
-    transitions, manifest = build(captured, "ep-cut", retokenize=str(served.running.app.state.engine.model_path))
+    transitions, manifest = captured.build("ep-cut", retokenize=str(served.running.app.state.engine.model_path))
     assert transitions == [] and manifest["counts"]["llm_calls"]["skipped"][UNRESOLVED] == 1
 
 
@@ -435,7 +402,7 @@ def test_a_function_tool_round_trip_becomes_two_transitions(tmp_path, tool_serve
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result["answer"] == ANSWER
-    transitions, _ = build(captured, "ep-tool")
+    transitions, _ = captured.build("ep-tool")
     truth = [tool_server.by_id()[i] for i in result["ids"]]
     assert [(t["prompt_token_ids"], t["response_token_ids"]) for t in transitions] == [(c["prompt"], c["completion"]) for c in truth]
     (called,) = json.loads(transitions[0]["output_messages"])
@@ -485,7 +452,7 @@ def test_the_agents_sdk_on_its_default_api_is_captured_into_transitions(tmp_path
     assert [c["response_id"] for c in calls] == [t["id"] for t in truth]
     assert [c["agent_name"] for c in calls] == ["Calc", "Calc"]
     assert "execute_tool add" in [r["name"] for r in captured.rows()]
-    transitions, _ = build(captured, "ep-agents")
+    transitions, _ = captured.build("ep-agents")
     assert [(t["prompt_token_ids"], t["response_token_ids"]) for t in transitions] == [(c["prompt"], c["completion"]) for c in truth]
     assert [t["agent_name"] for t in transitions] == ["Calc", "Calc"]
     assert "not captured" not in done.stderr
