@@ -230,15 +230,14 @@ def recorded_keys(data_dir: str) -> list[str]:
     """The attribute keys of one LLM-call span this configuration wrote to Parquet (read
     after the timing): what its row in the table records. Not the Anthropic SDK's own span of
     the call (metadata only): the one capture made."""
-    import duckdb
-
+    from tracerl.pipeline.source import raw_spans_of
     from tracerl.schemas import attributes as A
 
-    ((attributes, has_ids, has_logprobs),) = duckdb.sql(
-        f"SELECT attributes, prompt_token_ids IS NOT NULL, completion_logprobs IS NOT NULL "
-        f"FROM read_parquet('{data_dir}/spans/**/*.parquet') "
-        f"WHERE request_model IS NOT NULL AND scope_name IS DISTINCT FROM '{A.ANTHROPIC_SDK_SCOPE}' LIMIT 1"
-    ).fetchall()
+    with raw_spans_of(data_dir) as con:
+        ((attributes, has_ids, has_logprobs),) = con.sql(
+            f"SELECT attributes, prompt_token_ids IS NOT NULL, completion_logprobs IS NOT NULL FROM raw_spans "
+            f"WHERE request_model IS NOT NULL AND scope_name IS DISTINCT FROM '{A.ANTHROPIC_SDK_SCOPE}' LIMIT 1"
+        ).fetchall()
     keys = set(json.loads(attributes))  # token arrays live in their own columns, not in this JSON
     keys |= {A.PROMPT_TOKEN_IDS, A.COMPLETION_TOKEN_IDS} if has_ids else set()
     keys |= {A.COMPLETION_LOGPROBS} if has_logprobs else set()

@@ -32,7 +32,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from loop_runs import REPO, Variant, load_recipe, mean_spread, per_round_table, plot_curves, provenance, run_all
+from loop_runs import Variant, load_recipe, mean_spread, per_round_table, plot_curves, provenance, run_all
 
 from tracerl.schemas.run_metrics import upgraded
 
@@ -92,7 +92,7 @@ def with_settings(setup: Variant, settings: list[str]) -> Variant:
 def held_out_skill(recipe, run_dir: Path, rounds: int) -> list[dict]:
     """Per round, held-out episodes that show the recipe's skill (``AgentRecipe.held_out_skill``; without
     one: that called a tool), from the round's spans."""
-    import duckdb
+    from tracerl.pipeline.source import raw_spans_of
 
     counts = []
     for rnd in range(rounds):
@@ -101,10 +101,11 @@ def held_out_skill(recipe, run_dir: Path, rounds: int) -> list[dict]:
             count = recipe.held_out_skill(spans)
             counts.append({"what": count.what, "shown": count.shown, "episodes": count.episodes})
             continue
-        (episodes, called), = duckdb.sql(f"""
-            SELECT count(DISTINCT episode_id), count(DISTINCT episode_id) FILTER (name LIKE 'execute_tool %')
-            FROM read_parquet('{spans}/**/*.parquet', union_by_name = true) WHERE split = 'test'
-        """).fetchall()
+        with raw_spans_of(spans) as con:
+            (episodes, called), = con.sql("""
+                SELECT count(DISTINCT episode_id), count(DISTINCT episode_id) FILTER (name LIKE 'execute_tool %')
+                FROM raw_spans WHERE split = 'test'
+            """).fetchall()
         counts.append({"what": "called a tool", "shown": called, "episodes": episodes})
     return counts
 

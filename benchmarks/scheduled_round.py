@@ -27,8 +27,6 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import duckdb
-
 from tracerl.collector.server import CollectorServer, Endpoints
 from tracerl.collector.service import CollectorConfig
 from tracerl.schemas import attributes as A
@@ -36,6 +34,7 @@ from tracerl.orchestration.demo import task as demo_task
 from tracerl.orchestration.demo.recipe import DEMO
 from tracerl.orchestration.local.warm_start import starting_policy
 from tracerl.orchestration.registry import PolicyRegistry
+from tracerl.pipeline.source import raw_spans_of
 from tracerl.schemas import environment as E
 from tracerl.trainer.serving.app import running_server
 
@@ -96,8 +95,8 @@ def main() -> None:
         elapsed = time.time() - started
     collector.stop()
 
-    spans = f"read_parquet('{work / 'collected'}/spans/**/*.parquet', union_by_name = true)"
-    ends = dict(duckdb.sql(f"SELECT episode_id, max(end_time_unix_nano) FROM {spans} WHERE name = '{A.EPISODE_SPAN_NAME}' GROUP BY 1").fetchall())
+    with raw_spans_of(work / "collected") as con:  # the collector compacts while it runs: read as the pipeline does
+        ends = dict(con.sql(f"SELECT episode_id, max(end_time_unix_nano) FROM raw_spans WHERE name = '{A.EPISODE_SPAN_NAME}' GROUP BY 1").fetchall())
     lags = []
     for entry in PolicyRegistry(work / "state").entries():
         if entry["kind"] != "trained" or not entry["published"]:

@@ -59,12 +59,10 @@ def tasks(seed: int, data: Path | None) -> tuple[list[Task], list[Task]]:
 
 def verdicts(spans: Path) -> list[dict]:
     """Every held-out episode's verdict in a round's spans: task id, category, parsed, right function, valid, error type."""
-    import duckdb
+    from tracerl.pipeline.source import raw_spans_of
 
-    rows = duckdb.sql(f"""
-        SELECT task_id, attributes FROM read_parquet('{spans}/**/*.parquet', union_by_name = true)
-        WHERE split = 'test' AND name = 'bfcl.verdict' ORDER BY task_id
-    """).fetchall()
+    with raw_spans_of(spans) as con:
+        rows = con.sql("SELECT task_id, attributes FROM raw_spans WHERE split = 'test' AND name = 'bfcl.verdict' ORDER BY task_id").fetchall()
     out = []
     for task_id, attributes in rows:
         values = json.loads(attributes)

@@ -130,12 +130,13 @@ def tokenizer_corpus() -> tuple[str, ...]:
 
 def held_out_first_queries(spans: Path) -> list[tuple[str, str, str]]:
     """(task id, schema as the prompt showed it, the writer's first query) of every held-out episode in ``spans``."""
-    import duckdb
+    from tracerl.pipeline.source import raw_spans_of
 
-    rows = duckdb.sql(f"""
-        SELECT task_id, arg_min(attributes, start_time_unix_nano) FROM read_parquet('{spans}/**/*.parquet', union_by_name = true)
-        WHERE split = 'test' AND agent_name = 'writer' AND name LIKE 'chat %' GROUP BY episode_id, task_id ORDER BY task_id
-    """).fetchall()
+    with raw_spans_of(spans) as con:
+        rows = con.sql("""
+            SELECT task_id, arg_min(attributes, start_time_unix_nano) FROM raw_spans
+            WHERE split = 'test' AND agent_name = 'writer' AND name LIKE 'chat %' GROUP BY episode_id, task_id ORDER BY task_id
+        """).fetchall()
     queries = []
     for task_id, attributes in rows:
         values = json.loads(attributes)

@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -29,6 +30,7 @@ from tracerl.collector.service import TRACES
 from tracerl.core.compaction_log import CompactionRecord, done_name, pending_name, record_name
 from tracerl.pipeline import build_dataset, dataset_table
 from tracerl.pipeline.location import locate
+from tracerl.pipeline.source import raw_spans_of
 from tracerl.core.storage import temporary_name, write_parquet_atomic
 from tracerl_testing.synthetic_spans import generate
 
@@ -109,6 +111,10 @@ def test_replaced_files_stay_through_the_grace_period_but_are_never_read_twice(s
     assert sum(r.inputs_deleted for r in first) == 0
     assert len(data_files(data / "spans" / OLD[0])) == 21  # inputs still there for readers that listed them
     assert read_ids(str(data)) == ids
+    # a query outside a build reads them through the same listing; a glob of the folder reads the hour twice
+    with raw_spans_of(data) as con:
+        assert con.sql("SELECT count(*), count(DISTINCT span_id) FROM raw_spans").fetchall() == [(len(ids), len(ids))]
+    assert duckdb.sql(f"SELECT count(*) FROM read_parquet('{data}/spans/**/*.parquet')").fetchall()[0][0] > len(ids)
 
     later = compact(str(data), graceful, now=NOW + 601)
     assert sum(r.inputs_deleted for r in later) == 40

@@ -25,8 +25,8 @@ written (``tracerl.core.storage`` writes under a dot-name, then renames) and too
 a ``.backup-of-X.parquet`` copy.
 
 A plain glob (``read_parquet('spans/**/*.parquet')``) does not know the protocol: between the
-commit and the deletion of the inputs it would read both. Read with the pipeline, or after the
-grace period.
+commit and the deletion of the inputs it would read both. Read with the pipeline (a query of
+your own: ``tracerl.pipeline.source.raw_spans_of``, or ``tracerl sql``), or after the grace period.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ data.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,6 +136,23 @@ def register_raw_spans(con: duckdb.DuckDBPyConnection, found: SpanFiles, keep: s
         f"FROM read_parquet({sql_list(files)}, union_by_name = true, filename = true, file_row_number = true) "
         f"JOIN span_files f USING (filename) WHERE {keep}"
     )
+
+
+@contextmanager
+def raw_spans_of(path: str | os.PathLike) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection whose view ``raw_spans`` holds a data dir's (or spans folder's) spans as the build reads them.
+
+    The one way to query spans outside a build (a round's rewards, a recipe's held-out measure, a benchmark): the
+    pipeline's one listing leaves out files still being written and a compaction's replaced or uncommitted files,
+    sets unreadable ones aside, and gives every file ``SPANS_SCHEMA``'s columns. A glob of the folder
+    (``read_parquet('spans/**/*.parquet')``) would read a compacted partition's spans twice during its grace period.
+    """
+    con = duckdb.connect()
+    try:
+        register_raw_spans(con, find_span_files(path))
+        yield con
+    finally:
+        con.close()
 
 
 def register_late_rewards(con: duckdb.DuckDBPyConnection, files: list[str], keep: str = "true") -> None:

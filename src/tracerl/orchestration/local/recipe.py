@@ -68,15 +68,15 @@ def reward_reached(reward_name: str, what: str) -> Callable[[Path], SkillCount]:
     ``reward_name`` is 1 (the SQL agent's execution match, beside the partial credit it may add)."""
 
     def count(spans: Path) -> SkillCount:
-        import duckdb
-
+        from tracerl.pipeline.source import raw_spans_of
         from tracerl.schemas import attributes as A
 
-        (reached, episodes), = duckdb.sql(f"""
-            SELECT count(DISTINCT episode_id) FILTER (name = '{A.REWARD_SPAN_NAME}' AND reward_name = $name AND reward_value >= 1),
-                   count(DISTINCT episode_id) FILTER (name = '{A.REWARD_SPAN_NAME}')
-            FROM read_parquet('{spans}/**/*.parquet', union_by_name = true) WHERE split = 'test'
-        """, params={"name": reward_name}).fetchall()
+        with raw_spans_of(spans) as con:
+            (reached, episodes), = con.execute(f"""
+                SELECT count(DISTINCT episode_id) FILTER (name = '{A.REWARD_SPAN_NAME}' AND reward_name = $name AND reward_value >= 1),
+                       count(DISTINCT episode_id) FILTER (name = '{A.REWARD_SPAN_NAME}')
+                FROM raw_spans WHERE split = 'test'
+            """, {"name": reward_name}).fetchall()
         return SkillCount(what, int(reached), int(episodes))
 
     return count

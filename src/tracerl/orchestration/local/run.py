@@ -247,19 +247,6 @@ def judge_round(data_dir: Path, cfg: LocalConfig) -> dict[str, int]:
     return {"judged": summary.scored, "judge_failed": summary.failed, "judge_calls": summary.calls}
 
 
-@contextmanager
-def raw_spans_of(data_dir: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A connection whose view ``raw_spans`` holds the data dir's spans as the build reads them: the pipeline's one
-    listing (files still being written and a compaction's replaced or uncommitted files left out, unreadable ones set
-    aside) and the spans schema's columns. A glob of the folder would count a compacted partition's spans twice."""
-    con = duckdb.connect()
-    try:
-        source.register_raw_spans(con, source.find_span_files(data_dir))
-        yield con
-    finally:
-        con.close()
-
-
 class RoundSpans(NamedTuple):
     """What a round's row reads from its captured spans."""
 
@@ -271,7 +258,7 @@ def round_spans(data_dir: Path) -> RoundSpans:
     """The round's mean episode reward per split and generated tokens, from one listing and one scan of its spans
     (the folder is read once however many span files a round leaves). An episode's reward is the sum of the
     rewards it emitted (an execution match and a partial credit are one episode's, not two)."""
-    with raw_spans_of(data_dir) as con:
+    with source.raw_spans_of(data_dir) as con:
         rows = con.sql(f"""
             SELECT split, avg(reward) AS mean_reward, sum(tokens) AS tokens FROM (
                 SELECT split, episode_id, sum(reward_value) FILTER (WHERE name = '{A.REWARD_SPAN_NAME}') AS reward,
