@@ -60,6 +60,13 @@ def test_no_help_line_is_wider_than_80_columns_except_an_option_name():
     assert wide == {}
 
 
+def test_a_repeatable_option_shows_the_type_of_one_value():
+    """``--split <str>`` (given once per value), not the parameter's Python type ``<list[str]>``."""
+    shown = {" ".join(path): line.strip() for path, command in every_command()
+             for line in help_at(80, path, command).splitlines() if "<list[" in line or "<tuple[" in line}
+    assert shown == {}
+
+
 def test_threads_is_torch_s_threads_wherever_it_is_a_flag():
     """One flag, one meaning: a build's DuckDB threads are --duckdb-threads (its former --threads is hidden)."""
     meanings = {" ".join(path): param.help for path, command in every_command() for param in command.params

@@ -89,7 +89,7 @@ def serve(
 @app.command()
 def compact(
     out: str = typer.Argument(..., help="Data dir (local folder or s3://bucket/prefix) a collector or exporters write."),
-    table: list[str] = typer.Option(list(TABLES), "--table", help="Table folder(s) under OUT to compact."),
+    table: list[str] = typer.Option(list(TABLES), "--table", metavar="<str>", help="Table folder under OUT to compact (repeatable)."),
     target_mb: int = typer.Option(32, min=1, help="Size of the files written; files over half of it are left as they are."),
     settle: float = typer.Option(900.0, min=0, help="Seconds after its hour ends before a partition is compacted."),
     grace: float = typer.Option(900.0, min=0, help="Seconds the replaced files stay for readers that listed them before the swap."),

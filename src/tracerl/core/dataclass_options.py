@@ -126,6 +126,9 @@ def option_parameters(config: Any, prefix: str = "", *, only: Collection[str] | 
             continue
         spec: Option = f.metadata[OPTION]
         cli_type, to_cli, _ = _crossing(spec, d.annotation)
+        settings = dict(spec.settings)
+        if typing.get_origin(cli_type) is list:  # a repeatable option: one value's type, where typer shows <list[str]>
+            settings.setdefault("metavar", f"<{getattr(typing.get_args(cli_type)[0], '__name__', 'value')}>".lower())
         help_text = help_prefix + spec.help if spec.help else None
         if overrides:  # None: not given; the help names the field's default, which the typer default cannot
             default, cli_type = None, Optional[cli_type]
@@ -133,7 +136,7 @@ def option_parameters(config: Any, prefix: str = "", *, only: Collection[str] | 
             help_text = f"{help_text}  [default: {shown}]" if shown and help_text else help_text
         else:
             default = ... if value is MISSING else to_cli(value)  # a field without a default is a required option
-        typer_option = typer.Option(default, *spec.declarations, help=help_text, **spec.settings)
+        typer_option = typer.Option(default, *spec.declarations, help=help_text, **settings)
         parameters.append(inspect.Parameter(prefix + f.name, inspect.Parameter.KEYWORD_ONLY, default=typer_option, annotation=cli_type))
         if spec.renamed_from:
             parameters.append(_former_flags(spec, prefix + f.name, cli_type))

@@ -151,7 +151,7 @@ _ROUND_OPTIONS = [
     inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=_CONFIG, annotation=Optional[Path]),
     *option_parameters(RoundConfig, overrides=True),
     inspect.Parameter("endpoint", inspect.Parameter.KEYWORD_ONLY, annotation=list[str], default=typer.Option(
-        [], "--endpoint", help="Publish to this endpoint (repeatable; replaces the file's [[endpoint]]).")),
+        [], "--endpoint", metavar="<url>", help="Publish to this endpoint (repeatable; replaces the file's [[endpoint]]).")),
     inspect.Parameter("endpoint_kind", inspect.Parameter.KEYWORD_ONLY, annotation=str, default=typer.Option(
         BuiltinServer.kind, "--endpoint-kind", help=f"What serves at --endpoint: {', '.join(sorted(TARGET_KINDS))}.")),
     *training_parameters(),
@@ -275,7 +275,7 @@ def rollback_policy(
     version: int = typer.Argument(..., help="The version to serve again."),
     config: Optional[Path] = _CONFIG,
     state: Optional[Path] = _STATE,
-    endpoint: list[str] = typer.Option([], "--endpoint", help="Publish here (default: the config file's endpoints)."),
+    endpoint: list[str] = typer.Option([], "--endpoint", metavar="<url>", help="Publish here (repeatable; default: the config file's endpoints)."),
     endpoint_kind: str = typer.Option(BuiltinServer.kind, "--endpoint-kind"),
     policy: Optional[str] = _POLICY,
 ) -> None:
