@@ -22,6 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+# Tests read what commands print, theirs and their child processes' (an inner pytest, `tracerl` run as a subprocess), as
+# plain text whatever the runner's terminal: a variable that forces colour or a terminal (as CI services set) would put
+# escape codes and boxes into it. Popped before anything reads them (typer and rich read some once, at import).
+for _forces_a_terminal in ("FORCE_COLOR", "PY_COLORS", "GITHUB_ACTIONS", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+    os.environ.pop(_forces_a_terminal, None)
+
 # under CI, a skip for anything but the machine's hardware fails (imported, these hooks are this conftest's)
 from tracerl_testing.installed import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
 

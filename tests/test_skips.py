@@ -118,7 +118,7 @@ def run_inner(tmp_path: Path, ci: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
     if ci is not None:
         env["CI"] = ci
-    done = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "-p", "no:xdist", "--continue-on-collection-errors",
+    done = subprocess.run([sys.executable, "-m", "pytest", "-rA", "--color=no", "-p", "no:cacheprovider", "-p", "no:xdist", "--continue-on-collection-errors",
                            "--rootdir", str(tmp_path), str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
     outcomes = {}
     for line in done.stdout.splitlines():
