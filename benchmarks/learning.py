@@ -200,9 +200,8 @@ def summary(results: list[dict], variants: list[Variant], measure: str = "reward
             (f"control {control:+.3f}: rl >= {OVER_CONTROL:g}x" if control is not None else "no control run"):
                 control is not None and rl >= OVER_CONTROL * max(control, 0.0),
         }
-        missed = [name for name, held in checks.items() if not held]
         lines.append("\nrl: " + "; ".join(f"{name} {'yes' if held else 'NO'}" for name, held in checks.items())
-                     + f" -> {'MEETS' if not missed else 'MISSES'} the bar")
+                     + f" -> {'MEETS' if all(checks.values()) else 'MISSES'} the bar")
     return "\n".join(lines)
 
 

@@ -317,8 +317,7 @@ def test_langgraph_tool_runs_are_execute_tool_spans_and_the_sql_and_tool_error_r
     assert schema["status_message"] == "OperationalError: no such table: x"  # raised, handled by ToolNode
     assert (listing["status_code"], listing["status_message"]) == ("ERROR", "no table starts with 'x'")  # handled by the tool
 
-    transitions = captured.build("ep-sql")[0]
-    manifest = json.loads((captured.tmp_path / "dataset" / A.DATASET_MANIFEST_FILE).read_text())
+    transitions, manifest = captured.build("ep-sql")
     assert manifest["counts"]["rewards"]["by_name"] == {"air.sql_error": 1, "air.tool_error": 2, "grade": 1}
     # each penalty lands on the call that asked for the tool; the grade on the last call
     assert [t["reward"] for t in transitions] == pytest.approx([-0.1, -0.1, -0.1, 1.0])
